@@ -22,6 +22,6 @@ pub use reply::{
 };
 pub use request::{
     AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, HookRequest, IngestRequest, Recommendation,
-    RequestError, SubagentRequest, TokenPressure, TransformToolResultRequest,
+    OnEventRequest, PluginEvent, RequestError, SubagentRequest, TokenPressure, TransformToolResultRequest,
 };
 pub use stdout::{NoOutput, parse_stdout};

@@ -193,9 +193,30 @@ pub struct SubagentRequest {
     pub extra: Map<String, Value>,
 }
 
-/// Any hook request, tagged by `type` on the wire.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+/// `on_event`: `{"event": {"name", "payload", "source_plugin"}}` — the one
+/// request LibreFang sends without a `type` key, so it is written without one.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OnEventRequest {
+    pub event: PluginEvent,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// An event one plugin emitted for the others of its stack.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PluginEvent {
+    pub name: String,
+    pub payload: Value,
+    pub source_plugin: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Any hook request. On the wire each is tagged by `type` (written first),
+/// except `on_event`; build one from JSON with [`HookRequest::from_json`].
+#[derive(Debug, Clone, PartialEq)]
 pub enum HookRequest {
     Bootstrap(BootstrapRequest),
     Ingest(IngestRequest),
@@ -205,8 +226,32 @@ pub enum HookRequest {
     TransformToolResult(TransformToolResultRequest),
     PrepareSubagent(SubagentRequest),
     MergeSubagent(SubagentRequest),
-    /// Passed through as given.
-    OnEvent(Map<String, Value>),
+    OnEvent(OnEventRequest),
+}
+
+/// Serialises `inner` with a leading `"type": tag` key.
+#[derive(Serialize)]
+struct Tagged<'a, T> {
+    #[serde(rename = "type")]
+    tag: &'static str,
+    #[serde(flatten)]
+    inner: &'a T,
+}
+
+impl Serialize for HookRequest {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let tag = self.hook().as_str();
+        match self {
+            HookRequest::Bootstrap(r) => Tagged { tag, inner: r }.serialize(s),
+            HookRequest::Ingest(r) => Tagged { tag, inner: r }.serialize(s),
+            HookRequest::Assemble(r) => Tagged { tag, inner: r }.serialize(s),
+            HookRequest::Compact(r) => Tagged { tag, inner: r }.serialize(s),
+            HookRequest::AfterTurn(r) => Tagged { tag, inner: r }.serialize(s),
+            HookRequest::TransformToolResult(r) => Tagged { tag, inner: r }.serialize(s),
+            HookRequest::PrepareSubagent(r) | HookRequest::MergeSubagent(r) => Tagged { tag, inner: r }.serialize(s),
+            HookRequest::OnEvent(r) => r.serialize(s),
+        }
+    }
 }
 
 /// A request that does not fit its hook.
@@ -247,8 +292,10 @@ impl HookRequest {
             HookRequest::Compact(r) => Some(&r.agent_id),
             HookRequest::AfterTurn(r) => Some(&r.agent_id),
             HookRequest::TransformToolResult(r) => Some(&r.agent_id),
-            HookRequest::OnEvent(m) => m.get("agent_id").and_then(Value::as_str),
-            HookRequest::Bootstrap(_) | HookRequest::PrepareSubagent(_) | HookRequest::MergeSubagent(_) => None,
+            HookRequest::Bootstrap(_)
+            | HookRequest::PrepareSubagent(_)
+            | HookRequest::MergeSubagent(_)
+            | HookRequest::OnEvent(_) => None,
         }
     }
 
@@ -260,30 +307,33 @@ impl HookRequest {
         }
     }
 
-    /// Types a JSON request for `hook`, filling `type` in when it is missing.
+    /// Types a JSON request for `hook`. A missing `type` is filled in (except
+    /// for `on_event`, which has none on the wire); a different one is refused.
     pub fn from_json(hook: HookName, mut value: Value) -> Result<Self, RequestError> {
         let Value::Object(map) = &mut value else {
             return Err(RequestError::NotAnObject { found: json_kind(&value) });
         };
-        match map.get("type") {
-            None => {
-                // Keep `type` first, as the wire does.
-                let mut with_type = Map::with_capacity(map.len() + 1);
-                with_type.insert("type".into(), Value::String(hook.as_str().into()));
-                with_type.extend(std::mem::take(map));
-                *map = with_type;
-            }
+        match map.remove("type") {
+            None => {}
             Some(Value::String(t)) if t == hook.as_str() => {}
-            Some(other) => {
-                return Err(RequestError::TypeMismatch { hook, found: other.to_string() });
+            Some(other) => return Err(RequestError::TypeMismatch { hook, found: other.to_string() }),
+        }
+        let invalid = |source| RequestError::Invalid { hook, source };
+        Ok(match hook {
+            HookName::Bootstrap => HookRequest::Bootstrap(serde_json::from_value(value).map_err(invalid)?),
+            HookName::Ingest => HookRequest::Ingest(serde_json::from_value(value).map_err(invalid)?),
+            HookName::Assemble => HookRequest::Assemble(serde_json::from_value(value).map_err(invalid)?),
+            HookName::Compact => HookRequest::Compact(serde_json::from_value(value).map_err(invalid)?),
+            HookName::AfterTurn => HookRequest::AfterTurn(serde_json::from_value(value).map_err(invalid)?),
+            HookName::TransformToolResult => {
+                let mut r: TransformToolResultRequest = serde_json::from_value(value).map_err(invalid)?;
+                r.fill_aliases();
+                HookRequest::TransformToolResult(r)
             }
-        }
-        let mut request: HookRequest =
-            serde_json::from_value(value).map_err(|source| RequestError::Invalid { hook, source })?;
-        if let HookRequest::TransformToolResult(r) = &mut request {
-            r.fill_aliases();
-        }
-        Ok(request)
+            HookName::PrepareSubagent => HookRequest::PrepareSubagent(serde_json::from_value(value).map_err(invalid)?),
+            HookName::MergeSubagent => HookRequest::MergeSubagent(serde_json::from_value(value).map_err(invalid)?),
+            HookName::OnEvent => HookRequest::OnEvent(serde_json::from_value(value).map_err(invalid)?),
+        })
     }
 
     /// The request as one JSON line with its trailing `\n`: what a script reads.
@@ -387,7 +437,8 @@ mod tests {
         ];
         for (req, expected) in cases {
             assert_eq!(wire(&req), expected);
-            let back: HookRequest = serde_json::from_str(expected).unwrap();
+            let value: Value = serde_json::from_str(expected).unwrap();
+            let back = HookRequest::from_json(req.hook(), value).unwrap();
             assert_eq!(back, req, "{expected}");
         }
     }
@@ -434,9 +485,13 @@ mod tests {
     }
 
     #[test]
-    fn on_event_passes_through() {
-        let req = HookRequest::from_json(HookName::OnEvent, json!({"event":"x","agent_id":"a"})).unwrap();
-        assert_eq!(wire(&req), r#"{"type":"on_event","event":"x","agent_id":"a"}"#);
-        assert_eq!(req.agent_id(), Some("a"));
+    fn on_event_has_no_type_on_the_wire() {
+        let req = HookRequest::from_json(
+            HookName::OnEvent,
+            json!({"type":"on_event","event":{"name":"n","payload":{"k":1},"source_plugin":"p"}}),
+        )
+        .unwrap();
+        assert_eq!(wire(&req), r#"{"event":{"name":"n","payload":{"k":1},"source_plugin":"p"}}"#);
+        assert_eq!(req.agent_id(), None);
     }
 }

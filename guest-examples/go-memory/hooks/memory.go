@@ -17,7 +17,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,15 +55,6 @@ type note struct {
 	Content string `json:"content"`
 }
 
-type memory struct {
-	Content string `json:"content"`
-}
-
-type ingestResult struct {
-	Type     string   `json:"type"`
-	Memories []memory `json:"memories"`
-}
-
 func logf(format string, args ...interface{}) {
 	fmt.Fprintf(os.Stderr, format+"\n", args...)
 }
@@ -74,19 +64,43 @@ func fail(format string, args ...interface{}) {
 	os.Exit(1)
 }
 
-// encode renders v as JSON without Go's default HTML escaping of <, > and &.
-func encode(v interface{}) string {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		fail("cannot encode reply: %v", err)
+// quote renders s as a JSON string. Only '"', '\\' and control characters are escaped;
+// everything else stays UTF-8, so the output is byte-for-byte what the other examples
+// write (encoding/json would also escape <, >, &, U+2028 and U+2029: valid, but different).
+func quote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch r {
+		case '"':
+			b.WriteString(`\"`)
+		case '\\':
+			b.WriteString(`\\`)
+		case '\b':
+			b.WriteString(`\b`)
+		case '\f':
+			b.WriteString(`\f`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		default:
+			if r < 0x20 {
+				fmt.Fprintf(&b, `\u%04x`, r)
+			} else {
+				b.WriteRune(r)
+			}
+		}
 	}
-	return strings.TrimSuffix(buf.String(), "\n")
+	b.WriteByte('"')
+	return b.String()
 }
 
-func reply(v interface{}) {
-	os.Stdout.WriteString(encode(v) + "\n")
+// reply writes the one-line JSON reply on stdout.
+func reply(line string) {
+	os.Stdout.WriteString(line + "\n")
 }
 
 // asciiLower lowercases A-Z only, so every runtime compares text the same way.
@@ -157,7 +171,7 @@ func afterTurn(req request) {
 		if strings.Trim(text, " \t\r\n") == "" {
 			continue
 		}
-		lines.WriteString(`{"agent_id": ` + encode(req.AgentID) + `, "content": ` + encode(text) + "}\n")
+		lines.WriteString(`{"agent_id": ` + quote(req.AgentID) + `, "content": ` + quote(text) + "}\n")
 		stored++
 	}
 	if stored > 0 {
@@ -174,7 +188,7 @@ func afterTurn(req request) {
 		}
 	}
 	logf("after_turn: stored %d note(s) for agent %s", stored, req.AgentID)
-	reply(map[string]string{"type": "ok"})
+	reply(`{"type":"ok"}`)
 }
 
 func loadNotes() []note {
@@ -201,7 +215,7 @@ func loadNotes() []note {
 
 func ingest(req request) {
 	ws := words(req.Message)
-	found := []memory{}
+	var found []string
 	if len(ws) > 0 {
 		notes := loadNotes()
 		seen := map[string]bool{}
@@ -214,14 +228,18 @@ func ingest(req request) {
 			for _, w := range ws {
 				if strings.Contains(haystack, w) {
 					seen[n.Content] = true
-					found = append(found, memory{n.Content})
+					found = append(found, n.Content)
 					break
 				}
 			}
 		}
 	}
 	logf("ingest: %d memories for agent %s", len(found), req.AgentID)
-	reply(ingestResult{Type: "ingest_result", Memories: found})
+	memories := make([]string, len(found))
+	for i, content := range found {
+		memories[i] = `{"content":` + quote(content) + `}`
+	}
+	reply(`{"type":"ingest_result","memories":[` + strings.Join(memories, ",") + `]}`)
 }
 
 func main() {

@@ -1,0 +1,70 @@
+//! `ctxhost doctor`: which runtimes are installed and which plugins load.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::CliResult;
+use crate::doctor::{self, DoctorReport};
+use crate::home::Home;
+use crate::plugin::LoadContext;
+
+/// Report the runtimes this machine has and the state of every plugin.
+///
+/// Exits 1 when a plugin fails to load, lacks its runtime or a required
+/// binary, so it can gate a deployment.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  ctxhost doctor
+  ctxhost doctor --json | jq '.plugins[] | select(.hooks_valid | not)'")]
+pub struct DoctorArgs {
+    /// Print the report as JSON (`{\"runtimes\":[…],\"plugins\":[…]}`, LibreFang's shape)
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn exec(args: DoctorArgs, home: &Home) -> CliResult {
+    let report = doctor::report(home.plugins_dir(), &LoadContext::process_env);
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        write_text(&mut out, &report, home)?;
+    }
+    out.flush()?;
+    Ok(if report.healthy() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn write_text(out: &mut impl Write, report: &DoctorReport, home: &Home) -> std::io::Result<()> {
+    writeln!(out, "Runtimes")?;
+    for r in &report.runtimes {
+        let mark = if r.available { "ok " } else { "-- " };
+        let detail = match (&r.launcher, &r.version) {
+            (Some(l), Some(v)) => format!("{l}  ({v})"),
+            (Some(l), None) => format!("{l}  (no version: {})", r.install_hint),
+            (None, _) if r.available => "built in".to_owned(),
+            (None, _) => format!("not found. {}", r.install_hint),
+        };
+        writeln!(out, "  {mark} {:<7} {detail}", r.runtime)?;
+    }
+    writeln!(out, "\nPlugins in {}", home.plugins_dir().display())?;
+    if report.plugins.is_empty() {
+        writeln!(out, "  (none)")?;
+    }
+    for p in &report.plugins {
+        let state = if let Some(e) = &p.error {
+            format!("error: {e}")
+        } else if !p.runtime_available {
+            format!("runtime missing. {}", p.install_hint)
+        } else if !p.missing_binaries.is_empty() {
+            format!("missing {}. {}", p.missing_binaries.join(", "), p.install_hint)
+        } else {
+            "ok".to_owned()
+        };
+        writeln!(out, "  {:<20} {:<7} {state}", p.name, p.runtime)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! `ctxhost hook <PLUGIN> <HOOK>`: run one hook of one plugin, no fallback.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::{CliResult, show_warnings};
+use crate::config::HostConfig;
+use crate::home::Home;
+use crate::manifest::validate_name;
+use crate::plugin::{LoadContext, load_script_plugin};
+use crate::protocol::{HookName, HookRequest};
+use crate::runner::{CallOptions, Runner};
+
+/// Run one hook of one plugin and print its reply.
+///
+/// The request JSON is read from stdin (or --input FILE); `type` is filled in
+/// when missing. The reply is printed as one JSON line on stdout (exit 0); any
+/// failure is printed on stderr (exit 1). There is no fallback: this runs
+/// exactly the plugin's script, as the engine would.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  echo '{\"agent_id\":\"a1\",\"message\":\"my garden\"}' | ctxhost hook guest-examples/python-memory ingest
+  ctxhost hook my-plugin after_turn --input turn.json --timeout-secs 5
+  ctxhost hook my-plugin bootstrap < /dev/null     # an empty request is `{}`")]
+pub struct HookArgs {
+    /// A plugin directory, or the name of a plugin in the plugins dir
+    plugin: String,
+    /// The hook: bootstrap, ingest, assemble, compact, after_turn,
+    /// transform_tool_result, prepare_subagent, merge_subagent, on_event
+    hook: String,
+    /// Read the request from FILE instead of stdin
+    #[arg(long, value_name = "FILE")]
+    input: Option<PathBuf>,
+    /// Override the plugin's hook_timeout_secs (bootstrap still gets twice this)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    timeout_secs: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum HookCliError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("failed to read the request from `{}`: {source}", path.display())]
+    Input { path: PathBuf, source: std::io::Error },
+    #[error("the request is not valid JSON: {0}")]
+    Json(serde_json::Error),
+}
+
+pub fn exec(args: HookArgs, home: &Home) -> CliResult {
+    let hook: HookName = args.hook.parse().map_err(|e: crate::protocol::UnknownHook| {
+        let hint = crate::hint::did_you_mean(&args.hook, HookName::ALL.iter().map(|h| h.as_str()));
+        HookCliError::Usage(format!("{e}{hint}"))
+    })?;
+    let dir = plugin_dir(&args.plugin, home)?;
+    let request = read_request(args.input.as_deref())?;
+    let request = HookRequest::from_json(hook, request)?;
+
+    let (config, warnings) = HostConfig::load(home.config_file())?;
+    show_warnings(&warnings);
+    let cx = LoadContext { home, config: &config, host_env: &LoadContext::process_env };
+    let (runner, warnings) = load_script_plugin(&dir, &cx)?;
+    show_warnings(&warnings);
+
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let options = CallOptions { timeout_secs: args.timeout_secs };
+    let reply = runtime.block_on(runner.call(&request, &options))?;
+
+    let mut line = serde_json::to_vec(&reply)?;
+    line.push(b'\n');
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(&line)?;
+    stdout.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A path to a directory, or a plugin name under the plugins dir.
+fn plugin_dir(arg: &str, home: &Home) -> Result<PathBuf, HookCliError> {
+    let as_path = Path::new(arg);
+    if as_path.is_dir() {
+        return Ok(as_path.to_owned());
+    }
+    if validate_name(arg).is_ok() {
+        let dir = home.plugins_dir().join(arg);
+        if dir.is_dir() {
+            return Ok(dir);
+        }
+        let names: Vec<String> = crate::doctor::plugin_dirs(home.plugins_dir())
+            .iter()
+            .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect();
+        let hint = crate::hint::did_you_mean(arg, names.iter().map(String::as_str));
+        return Err(HookCliError::Usage(format!(
+            "no plugin `{arg}`: it is not a directory, and `{}` has no plugin of that name{hint}",
+            home.plugins_dir().display()
+        )));
+    }
+    Err(HookCliError::Usage(format!("no plugin directory at `{arg}`")))
+}
+
+/// The request JSON from FILE or stdin; blank input (or a terminal) is `{}`.
+fn read_request(input: Option<&Path>) -> Result<serde_json::Value, HookCliError> {
+    let text = match input {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|source| HookCliError::Input { path: path.to_owned(), source })?,
+        None if std::io::stdin().is_terminal() => String::new(),
+        None => {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .map_err(|source| HookCliError::Input { path: "<stdin>".into(), source })?;
+            text
+        }
+    };
+    if text.trim().is_empty() {
+        return Ok(serde_json::Value::Object(Default::default()));
+    }
+    serde_json::from_str(&text).map_err(HookCliError::Json)
+}

@@ -1,0 +1,111 @@
+//! The command line: one file per subcommand, each filling options and
+//! calling the library. Errors print as `error: …` with their causes, and the
+//! exit code is 1; a closed stdout is a quiet success.
+
+mod doctor;
+mod hook;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::home::{Home, HomeOverrides};
+
+/// ctxhost — a plugin host for LLM-agent context engines.
+///
+/// Runs LibreFang-compatible context-engine plugins (python, node, go, ruby,
+/// bash, lua, php, native, …) at the hooks of an agent's turn.
+#[derive(Debug, Parser)]
+#[command(name = "ctxhost", version, propagate_version = true, after_help = "\
+Examples:
+  echo '{\"agent_id\":\"a1\",\"message\":\"hello\"}' | ctxhost hook ./my-plugin ingest
+  ctxhost doctor --json
+
+Files (spec section 12): home `~/.ctxhost` (--home, CTXHOST_HOME), plugins `<home>/plugins`
+(--plugins-dir, CTXHOST_PLUGINS_DIR), config `<home>/config.toml` (--config).")]
+pub struct Cli {
+    /// ctxhost's home directory [default: $CTXHOST_HOME or ~/.ctxhost]
+    #[arg(long, global = true, value_name = "DIR")]
+    home: Option<PathBuf>,
+    /// Where plugins are looked up by name [default: $CTXHOST_PLUGINS_DIR or <home>/plugins]
+    #[arg(long, global = true, value_name = "DIR")]
+    plugins_dir: Option<PathBuf>,
+    /// The config file [default: <home>/config.toml]
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// More log output (-v info, -vv debug, -vvv trace); RUST_LOG wins when set
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    Hook(hook::HookArgs),
+    Doctor(doctor::DoctorArgs),
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let home = Home::resolve(
+        HomeOverrides { home: cli.home, plugins_dir: cli.plugins_dir, config: cli.config },
+        &|v| std::env::var(v).ok(),
+    );
+    let result = match cli.command {
+        Command::Hook(args) => hook::exec(args, &home),
+        Command::Doctor(args) => doctor::exec(args, &home),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) if is_broken_pipe(err.as_ref()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err}");
+            let mut source = err.source();
+            while let Some(cause) = source {
+                eprintln!("\nCaused by:\n  {cause}");
+                source = cause.source();
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A command's failure; its Display is the whole first line.
+pub(crate) type CliResult = Result<ExitCode, Box<dyn std::error::Error>>;
+
+fn is_broken_pipe(err: &(dyn std::error::Error + 'static)) -> bool {
+    err.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+/// Logs go to stderr. Plugin stderr (target `plugin_stderr`) is shown by
+/// default, host messages from `warn` up.
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(spec) if !spec.is_empty() => EnvFilter::new(spec),
+        _ => EnvFilter::new(match verbose {
+            0 => "warn,plugin_stderr=info",
+            1 => "info",
+            2 => "debug",
+            _ => "trace",
+        }),
+    };
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .without_time()
+        .init();
+}
+
+/// Shows load warnings (bad but usable manifest keys, config, …).
+pub(crate) fn show_warnings(warnings: &[String]) {
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+}

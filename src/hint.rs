@@ -1,0 +1,51 @@
+//! "Did you mean" hints: the nearest valid name to a misspelt one.
+//!
+//! Used wherever a user types a name from a closed set (hook names, manifest
+//! keys, runtime tags), so every such error can end with a suggestion.
+
+/// The candidate closest to `typo` by edit distance, if it is close enough to
+/// be a plausible misspelling (at most a third of its length, minimum 1).
+pub fn closest<'a>(typo: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (typo.chars().count() / 3).max(1);
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(typo, c), c))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// `closest` formatted as a sentence suffix: `; did you mean `x`?` or empty.
+pub fn did_you_mean<'a>(typo: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    closest(typo, candidates).map(|c| format!("; did you mean `{c}`?")).unwrap_or_default()
+}
+
+/// Levenshtein distance over chars.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_near_names_only() {
+        let hooks = ["ingest", "after_turn", "assemble"];
+        assert_eq!(closest("ingset", hooks), Some("ingest"));
+        assert_eq!(closest("after-turn", hooks), Some("after_turn"));
+        assert_eq!(closest("zzz", hooks), None);
+        assert_eq!(did_you_mean("asemble", hooks), "; did you mean `assemble`?");
+        assert_eq!(did_you_mean("qqqqqq", hooks), "");
+    }
+}

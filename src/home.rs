@@ -1,0 +1,104 @@
+//! ctxhost's own files (spec section 12): where the home, the plugins dir, the
+//! config file and each plugin's data dir are, and how flags and variables
+//! override them. This module computes paths; it creates directories only
+//! when asked to ([`Home::ensure_dir`]).
+
+use std::path::{Path, PathBuf};
+
+/// Resolved locations of ctxhost's files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Home {
+    root: PathBuf,
+    plugins_dir: PathBuf,
+    config_file: PathBuf,
+}
+
+/// Overrides given on the command line (they win over the variables).
+#[derive(Debug, Clone, Default)]
+pub struct HomeOverrides {
+    pub home: Option<PathBuf>,
+    pub plugins_dir: Option<PathBuf>,
+    pub config: Option<PathBuf>,
+}
+
+impl Home {
+    /// Resolves the locations:
+    /// - home: `--home`, else `CTXHOST_HOME`, else `~/.ctxhost`
+    /// - plugins dir: `--plugins-dir`, else `CTXHOST_PLUGINS_DIR`, else `<home>/plugins`
+    /// - config: `--config`, else `<home>/config.toml`
+    pub fn resolve(overrides: HomeOverrides, env: &dyn Fn(&str) -> Option<String>) -> Home {
+        let non_empty = |var: &str| env(var).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let root = overrides.home.or_else(|| non_empty("CTXHOST_HOME")).unwrap_or_else(|| {
+            let user_home = non_empty("HOME").unwrap_or_else(std::env::temp_dir);
+            user_home.join(".ctxhost")
+        });
+        let plugins_dir =
+            overrides.plugins_dir.or_else(|| non_empty("CTXHOST_PLUGINS_DIR")).unwrap_or_else(|| root.join("plugins"));
+        let config_file = overrides.config.unwrap_or_else(|| root.join("config.toml"));
+        Home { root, plugins_dir, config_file }
+    }
+
+    /// A home rooted at `root` with every default below it (tests, embedders).
+    pub fn at(root: impl Into<PathBuf>) -> Home {
+        Home::resolve(HomeOverrides { home: Some(root.into()), ..Default::default() }, &|_| None)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn plugins_dir(&self) -> &Path {
+        &self.plugins_dir
+    }
+
+    pub fn config_file(&self) -> &Path {
+        &self.config_file
+    }
+
+    /// `<home>/data/<plugin>`: state that belongs to one plugin.
+    pub fn data_dir(&self, plugin: &str) -> PathBuf {
+        self.root.join("data").join(plugin)
+    }
+
+    /// `<home>/cache`: derived data that may be deleted at any time.
+    pub fn cache_dir(&self) -> PathBuf {
+        self.root.join("cache")
+    }
+
+    /// Creates `dir` (and parents) with a message naming it on failure.
+    pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("failed to create `{}`: {e}", dir.display())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_beat_variables_beat_defaults() {
+        let env = |v: &str| match v {
+            "HOME" => Some("/u".to_owned()),
+            "CTXHOST_HOME" => Some("/envhome".to_owned()),
+            "CTXHOST_PLUGINS_DIR" => Some("/envplugins".to_owned()),
+            _ => None,
+        };
+        let h = Home::resolve(HomeOverrides::default(), &env);
+        assert_eq!(h.root(), Path::new("/envhome"));
+        assert_eq!(h.plugins_dir(), Path::new("/envplugins"));
+        assert_eq!(h.config_file(), Path::new("/envhome/config.toml"));
+
+        let h = Home::resolve(
+            HomeOverrides { home: Some("/flag".into()), plugins_dir: None, config: Some("/c.toml".into()) },
+            &|v| (v == "HOME").then(|| "/u".to_owned()),
+        );
+        assert_eq!(h.root(), Path::new("/flag"));
+        assert_eq!(h.plugins_dir(), Path::new("/flag/plugins"));
+        assert_eq!(h.config_file(), Path::new("/c.toml"));
+        assert_eq!(h.data_dir("p"), Path::new("/flag/data/p"));
+
+        let h = Home::resolve(HomeOverrides::default(), &|v| (v == "HOME").then(|| "/u".to_owned()));
+        assert_eq!(h.root(), Path::new("/u/.ctxhost"));
+    }
+}

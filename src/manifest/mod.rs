@@ -1,0 +1,301 @@
+//! `plugin.toml` → [`Manifest`]: parsed once, checked once, trusted after.
+//!
+//! Loading follows the "loose then checked" pattern: the TOML is walked key by
+//! key (so every error can name its key and every unread key is reported),
+//! then turned into a `Manifest` whose hook paths are canonical and confined
+//! to the plugin directory. This module reads files but never runs anything.
+//!
+//! The plugin's identity is its **directory name**, as in LibreFang (config
+//! file, data dir and logs are keyed by it); the `name` key must obey the same
+//! rule, and a mismatch is warned about.
+
+mod config;
+mod error;
+mod reader;
+mod runtime;
+mod settings;
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+pub use config::{ConfigField, ConfigType, resolve as resolve_config};
+pub use error::{HookPathError, ManifestError, ManifestErrorKind};
+pub use runtime::Runtime;
+pub use settings::{CircuitBreaker, ExecSettings, FailurePolicy, SETTING_KEYS, WorkerProtocol};
+
+use crate::protocol::HookName;
+use reader::Reader;
+
+/// The manifest file name inside a plugin directory.
+pub const MANIFEST_FILE: &str = "plugin.toml";
+
+const TOP_KEYS: &[&str] = &[
+    "name",
+    "version",
+    "description",
+    "author",
+    "requirements",
+    "librefang_min_version",
+    "env",
+    "config",
+    "requires",
+    "i18n",
+    "plugin_depends",
+    "integrity",
+    "hooks",
+];
+
+/// A checked plugin manifest.
+#[derive(Debug, Clone)]
+pub struct Manifest {
+    /// The plugin directory, canonical.
+    pub dir: PathBuf,
+    /// The plugin's identity: its directory name.
+    pub name: String,
+    /// The `name` key as written.
+    pub declared_name: String,
+    pub version: String,
+    pub description: Option<String>,
+    pub author: Option<String>,
+    /// Dependencies file, relative to the plugin dir (python: `requirements.txt`).
+    pub requirements: Option<String>,
+    pub librefang_min_version: Option<String>,
+    /// `[env]`, with `${VAR}` values already expanded.
+    pub env: BTreeMap<String, String>,
+    pub config: BTreeMap<String, ConfigField>,
+    pub requires: Vec<Requirement>,
+    pub i18n: BTreeMap<String, I18n>,
+    pub plugin_depends: Vec<String>,
+    pub integrity: BTreeMap<String, String>,
+    /// Hook scripts, canonical and inside `dir`.
+    pub hooks: BTreeMap<HookName, HookScript>,
+    pub settings: ExecSettings,
+    /// Keys this version does not know, kept as written.
+    pub unknown: toml::Table,
+}
+
+/// A hook script: the path as written and where it resolved at load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookScript {
+    pub raw: String,
+    pub path: PathBuf,
+}
+
+/// A `[[requires]]` entry: a binary the plugin needs on PATH.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Requirement {
+    pub binary: String,
+    #[serde(default)]
+    pub install_hint: Option<String>,
+}
+
+/// An `[i18n.<lang>]` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+pub struct I18n {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+/// A loaded manifest and the warnings its loading produced.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub manifest: Manifest,
+    pub warnings: Vec<String>,
+}
+
+/// Checks a plugin name: ASCII letters, digits, `-` and `_` only.
+pub fn validate_name(name: &str) -> Result<(), String> {
+    if !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        Ok(())
+    } else {
+        Err(format!("Invalid plugin name '{name}': must contain only ASCII letters, digits, hyphens, and underscores"))
+    }
+}
+
+/// Resolves a hook script path against the (canonical) plugin dir: no `..`
+/// component, exists, is a file, and stays inside the dir after following
+/// symlinks. The runner calls this again before every call.
+pub fn check_hook_path(dir: &Path, raw: &str) -> Result<PathBuf, HookPathError> {
+    let given = Path::new(raw);
+    if given.components().any(|c| c == Component::ParentDir) {
+        return Err(HookPathError::Traversal(given.to_owned()));
+    }
+    let full = dir.join(given);
+    if !full.exists() {
+        return Err(HookPathError::NotFound(full));
+    }
+    let canonical = full.canonicalize().map_err(|source| HookPathError::Unresolvable { path: full, source })?;
+    if !canonical.starts_with(dir) {
+        return Err(HookPathError::Escapes { path: canonical, dir: dir.to_owned() });
+    }
+    if !canonical.is_file() {
+        return Err(HookPathError::NotFound(canonical));
+    }
+    Ok(canonical)
+}
+
+impl Manifest {
+    /// Loads `<dir>/plugin.toml`, reading `${VAR}` values of `[env]` from the
+    /// host environment.
+    ///
+    /// # Errors
+    /// A [`ManifestError`] naming the file, the key and the reason.
+    pub fn load(dir: &Path) -> Result<Loaded, ManifestError> {
+        Self::load_with_env(dir, &|var| std::env::var(var).ok())
+    }
+
+    /// [`Manifest::load`] with an explicit environment lookup.
+    pub fn load_with_env(dir: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Loaded, ManifestError> {
+        let file = dir.join(MANIFEST_FILE);
+        let fail = |key: Option<&str>, kind| ManifestError::new(&file, key, kind);
+        let text = std::fs::read_to_string(&file).map_err(|e| fail(None, ManifestErrorKind::Read(e)))?;
+        let dir = dir.canonicalize().map_err(|e| fail(None, ManifestErrorKind::Read(e)))?;
+        let table: toml::Table =
+            toml::from_str(&text).map_err(|e| fail(None, ManifestErrorKind::Syntax(e.to_string().trim_end().to_owned())))?;
+
+        let mut r = Reader::new(&file, &table)?;
+        let declared_name: String = r.required("name")?;
+        validate_name(&declared_name).map_err(|m| r.error("name", ManifestErrorKind::Invalid(m)))?;
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        validate_name(&name).map_err(|m| fail(None, ManifestErrorKind::Invalid(format!("directory name: {m}"))))?;
+        if name != declared_name {
+            r.warn(format!(
+                "`name` is '{declared_name}' but the directory is '{name}'; the plugin is known as '{name}' \
+                 (its directory name), as in LibreFang"
+            ));
+        }
+        let version: String = r.required("version")?;
+        let description = r.top("description")?;
+        let author = r.top("author")?;
+        let requirements: Option<String> = r.top("requirements")?;
+        if let Some(req) = &requirements
+            && !dir.join(req).is_file()
+        {
+            r.warn(format!("key `requirements`: '{req}' does not exist in the plugin directory"));
+        }
+        let librefang_min_version = r.top("librefang_min_version")?;
+        let raw_env: BTreeMap<String, String> = r.top("env")?.unwrap_or_default();
+        let env = expand_env(raw_env, env, &mut r.warnings);
+
+        let raw_config: toml::Table = r.top("config")?.unwrap_or_default();
+        let mut config = BTreeMap::new();
+        for (key, value) in raw_config {
+            let field: ConfigField = value.try_into().map_err(|e: toml::de::Error| {
+                r.error(&format!("config.{key}"), ManifestErrorKind::Invalid(e.message().trim_end().to_owned()))
+            })?;
+            if let Some(default) = &field.default
+                && !field.kind.accepts(default)
+            {
+                r.warn(format!("key `config.{key}`: the default {default} is not a {}", field.kind.as_str()));
+            }
+            config.insert(key, field);
+        }
+        let requires = r.top("requires")?.unwrap_or_default();
+        let i18n = r.top("i18n")?.unwrap_or_default();
+        let plugin_depends: Vec<String> = r.top("plugin_depends")?.unwrap_or_default();
+        for dep in &plugin_depends {
+            validate_name(dep).map_err(|m| r.error("plugin_depends", ManifestErrorKind::Invalid(m)))?;
+        }
+        let integrity: BTreeMap<String, String> = r.top("integrity")?.unwrap_or_default();
+
+        let mut hooks = BTreeMap::new();
+        for hook in HookName::ALL {
+            if let Some(raw) = r.hooks_entry::<String>(hook.as_str())? {
+                let path = check_hook_path(&dir, &raw)
+                    .map_err(|e| r.error(&format!("hooks.{}", hook.as_str()), ManifestErrorKind::HookPath(e)))?;
+                hooks.insert(hook, HookScript { raw, path });
+            }
+        }
+        let mut settings = ExecSettings::read(&mut r)?;
+        if let Runtime::Custom(launcher) = &settings.runtime
+            && launcher.is_relative()
+        {
+            settings.runtime = Runtime::Custom(dir.join(launcher));
+        }
+        let hooks_known: Vec<&str> =
+            HookName::ALL.iter().map(|h| h.as_str()).chain(SETTING_KEYS.iter().copied()).collect();
+        let top_known: Vec<&str> = TOP_KEYS.iter().chain(SETTING_KEYS).copied().collect();
+        let (unknown, mut warnings) = r.finish(&top_known, &hooks_known);
+
+        check_integrity(&dir, &integrity).map_err(|(key, kind)| fail(Some(&key), kind))?;
+        for dep in &plugin_depends {
+            let installed = dir.parent().is_some_and(|root| root.join(dep).join(MANIFEST_FILE).is_file());
+            if !installed {
+                return Err(fail(Some("plugin_depends"), ManifestErrorKind::MissingDependency(dep.clone())));
+            }
+        }
+        if hooks.is_empty() {
+            warnings.push("the plugin declares no hooks in [hooks]".to_owned());
+        }
+
+        let manifest = Manifest {
+            dir,
+            name,
+            declared_name,
+            version,
+            description,
+            author,
+            requirements,
+            librefang_min_version,
+            env,
+            config,
+            requires,
+            i18n,
+            plugin_depends,
+            integrity,
+            hooks,
+            settings,
+            unknown,
+        };
+        Ok(Loaded { manifest, warnings })
+    }
+
+    /// The script for `hook`, if the plugin declares it.
+    pub fn hook(&self, hook: HookName) -> Option<&HookScript> {
+        self.hooks.get(&hook)
+    }
+}
+
+/// `[env]`: a value that is exactly `${VAR}` becomes the host's `VAR` (empty,
+/// with a warning, when unset); anything else passes through literally.
+fn expand_env(
+    raw: BTreeMap<String, String>,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    warnings: &mut Vec<String>,
+) -> BTreeMap<String, String> {
+    raw.into_iter()
+        .map(|(key, value)| {
+            let var = value.strip_prefix("${").and_then(|v| v.strip_suffix('}'));
+            let value = match var {
+                Some(var) if !var.is_empty() => lookup(var).unwrap_or_else(|| {
+                    warnings.push(format!(
+                        "key `env.{key}`: host variable `{var}` is not set; the hook gets an empty value"
+                    ));
+                    String::new()
+                }),
+                _ => value,
+            };
+            (key, value)
+        })
+        .collect()
+}
+
+/// `[integrity]`: each listed file (inside the plugin dir) must hash to its
+/// lowercase hex SHA-256.
+fn check_integrity(dir: &Path, entries: &BTreeMap<String, String>) -> Result<(), (String, ManifestErrorKind)> {
+    for (rel, expected) in entries {
+        let key = format!("integrity.\"{rel}\"");
+        let path = check_hook_path(dir, rel).map_err(|e| (key.clone(), ManifestErrorKind::HookPath(e)))?;
+        let bytes = std::fs::read(&path).map_err(|e| (key.clone(), ManifestErrorKind::Read(e)))?;
+        let actual = hex::encode(Sha256::digest(&bytes));
+        if !actual.eq_ignore_ascii_case(expected.trim()) {
+            return Err((key, ManifestErrorKind::Integrity { path: rel.clone(), expected: expected.clone(), actual }));
+        }
+    }
+    Ok(())
+}

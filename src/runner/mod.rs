@@ -1,0 +1,32 @@
+//! How a hook call executes. [`Runner`] is the one interface the layers above
+//! use; they never learn whether a plugin is a process, a worker or a
+//! component. A runner serialises the typed request at its boundary and
+//! returns the plugin's raw JSON reply.
+
+mod error;
+pub mod process;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use serde_json::Value;
+
+pub use error::HookError;
+
+use crate::protocol::HookRequest;
+
+/// A boxed, sendable future (runners are used as trait objects).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Per-call adjustments.
+#[derive(Debug, Clone, Default)]
+pub struct CallOptions {
+    /// Replaces the manifest's `hook_timeout_secs` (bootstrap still doubles it).
+    pub timeout_secs: Option<u64>,
+}
+
+/// Executes hook calls for one plugin.
+pub trait Runner: Send + Sync {
+    /// Runs `request` (its `hook()` says which script) and returns the reply.
+    fn call<'a>(&'a self, request: &'a HookRequest, options: &'a CallOptions) -> BoxFuture<'a, Result<Value, HookError>>;
+}

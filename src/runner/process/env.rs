@@ -1,0 +1,129 @@
+//! The environment of a hook process (spec section 6): cleared, then filled
+//! in a fixed order where later entries win. Nothing else of the host's
+//! environment may reach a hook.
+//!
+//! Order: `LIBREFANG_AGENT_ID`, `LIBREFANG_MESSAGE`, `LIBREFANG_RUNTIME`;
+//! `PATH`, `HOME`; the runtime's passthrough variables; the host's
+//! `allowed_env_vars`; the plugin's `[env]`; bootstrap `env_overrides` (never
+//! over `[env]`); `LIBREFANG_PLUGIN_CONFIG`; `LIBREFANG_MAX_MEMORY_MB`; with
+//! network denied, the proxy variables and `LIBREFANG_SANDBOX=1`; last the
+//! per-call `TMPDIR`, which the host owns.
+//!
+//! Everything that does not change per call is computed once, at load.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::Path;
+
+use crate::manifest::Manifest;
+use crate::protocol::HookRequest;
+
+type Pairs = Vec<(OsString, OsString)>;
+
+/// The per-plugin part of the hook environment, computed once.
+#[derive(Debug, Clone, Default)]
+pub struct EnvPlan {
+    runtime_label: OsString,
+    /// PATH, HOME, passthrough, allowed vars, `[env]`.
+    base: Pairs,
+    /// Keys of `[env]`: bootstrap overrides may not replace them.
+    plugin_keys: Vec<String>,
+    /// Config file, memory limit, network-denied variables.
+    tail: Pairs,
+}
+
+/// What the plan is made from.
+pub struct EnvInputs<'a> {
+    pub manifest: &'a Manifest,
+    pub passthrough: &'a [&'a str],
+    pub allowed_env_vars: &'a [String],
+    pub config_file: Option<&'a Path>,
+    pub host: &'a dyn Fn(&str) -> Option<OsString>,
+}
+
+impl EnvPlan {
+    pub fn new(i: EnvInputs<'_>) -> EnvPlan {
+        let settings = &i.manifest.settings;
+        let mut base = Pairs::new();
+        let mut from_host = |name: &str| {
+            if let Some(v) = (i.host)(name) {
+                base.push((name.into(), v));
+            }
+        };
+        from_host("PATH");
+        from_host("HOME");
+        i.passthrough.iter().for_each(|n| from_host(n));
+        i.allowed_env_vars.iter().for_each(|n| from_host(n));
+        base.extend(i.manifest.env.iter().map(|(k, v)| (k.into(), v.into())));
+
+        let mut tail = Pairs::new();
+        if let Some(file) = i.config_file {
+            tail.push(("LIBREFANG_PLUGIN_CONFIG".into(), file.into()));
+        }
+        if let Some(mb) = settings.max_memory_mb {
+            tail.push(("LIBREFANG_MAX_MEMORY_MB".into(), mb.to_string().into()));
+        }
+        if !settings.allow_network {
+            for (k, v) in [
+                ("no_proxy", "*"),
+                ("NO_PROXY", "*"),
+                ("http_proxy", ""),
+                ("https_proxy", ""),
+                ("HTTP_PROXY", ""),
+                ("HTTPS_PROXY", ""),
+                ("LIBREFANG_SANDBOX", "1"),
+            ] {
+                tail.push((k.into(), v.into()));
+            }
+        }
+        EnvPlan {
+            runtime_label: i.manifest.settings.runtime.label().into(),
+            base,
+            plugin_keys: i.manifest.env.keys().cloned().collect(),
+            tail,
+        }
+    }
+
+    /// Bootstrap overrides that may apply: not over `[env]`, and not the
+    /// host-owned `LIBREFANG_*` and `TMPDIR`. Returns the kept ones and a
+    /// warning per refused key.
+    pub fn filter_overrides(&self, overrides: BTreeMap<String, String>) -> (BTreeMap<String, String>, Vec<String>) {
+        let mut warnings = Vec::new();
+        let kept = overrides
+            .into_iter()
+            .filter(|(k, _)| {
+                let reason = if self.plugin_keys.contains(k) {
+                    Some("it is set by the plugin's [env]")
+                } else if k.starts_with("LIBREFANG_") || k == "TMPDIR" {
+                    Some("the host sets it")
+                } else {
+                    None
+                };
+                if let Some(reason) = reason {
+                    warnings.push(format!("bootstrap env_overrides: `{k}` is ignored because {reason}"));
+                }
+                reason.is_none()
+            })
+            .collect();
+        (kept, warnings)
+    }
+
+    /// The full environment of one call, in order (later entries win).
+    pub fn for_call(&self, request: &HookRequest, overrides: &BTreeMap<String, String>, tmpdir: &Path) -> Pairs {
+        let mut env = Pairs::with_capacity(4 + self.base.len() + overrides.len() + self.tail.len());
+        env.push(("LIBREFANG_AGENT_ID".into(), request.agent_id().unwrap_or("").into()));
+        env.push(("LIBREFANG_MESSAGE".into(), request.message().unwrap_or("").into()));
+        env.push(("LIBREFANG_RUNTIME".into(), self.runtime_label.clone()));
+        env.extend(self.base.iter().cloned());
+        env.extend(overrides.iter().map(|(k, v)| (k.into(), v.into())));
+        env.extend(self.tail.iter().cloned());
+        env.push(("TMPDIR".into(), tmpdir.into()));
+        env
+    }
+
+    /// PATH, HOME, passthrough, allowed vars and `[env]`: what a launcher
+    /// query (shim resolution) runs with.
+    pub fn base(&self) -> &[(OsString, OsString)] {
+        &self.base
+    }
+}

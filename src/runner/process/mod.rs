@@ -1,0 +1,180 @@
+//! Script plugins run as processes: launchers, environment, one-shot calls.
+//!
+//! [`ProcessRunner`] owns everything about one plugin that is decided once
+//! (launcher path, environment plan) and turns a typed [`HookRequest`] into
+//! one process call and its reply. It never interprets the reply beyond the
+//! stdout rule; typed reply handling is the engine's.
+
+mod env;
+mod exit;
+pub mod launcher;
+mod oneshot;
+pub mod shim;
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::Path;
+use std::sync::RwLock;
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub use env::{EnvInputs, EnvPlan};
+pub use exit::label as exit_label;
+pub use launcher::{CommandLine, Launcher, RuntimeInfo, find_on_path, info as runtime_info};
+pub use oneshot::DEFAULT_OUTPUT_CAP;
+
+use super::{BoxFuture, CallOptions, HookError, Runner};
+use crate::manifest::{Manifest, Runtime, check_hook_path};
+use crate::protocol::{HookName, HookRequest, parse_stdout};
+
+/// Resolves the launcher of `runtime` for a plugin in `plugin_dir`: found on
+/// `PATH` once, and seen through version-manager shims (cached under
+/// `cache_dir`). Never fails: a missing launcher is recorded and reported by
+/// each call and by the doctor.
+pub fn resolve_launcher(
+    runtime: &Runtime,
+    plugin_dir: &Path,
+    hook_env: &[(OsString, OsString)],
+    cache_dir: &Path,
+) -> Launcher {
+    let info = runtime_info(runtime);
+    let path = hook_env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_os_str());
+    match runtime {
+        Runtime::Native => return Launcher::Direct,
+        Runtime::Wasm => return Launcher::InProcess,
+        Runtime::Custom(program) => {
+            return if launcher::is_executable(program) {
+                Launcher::Program { program: program.clone(), args: Vec::new() }
+            } else {
+                Launcher::Missing {
+                    launcher: program.display().to_string(),
+                    reason: "not an executable file".into(),
+                }
+            };
+        }
+        _ => {}
+    }
+    let Some(found) = info.programs.iter().find_map(|p| find_on_path(p, path)) else {
+        return Launcher::Missing {
+            launcher: info.programs.first().copied().unwrap_or("?").to_owned(),
+            reason: format!("looked for {} ({})", info.programs.join(", "), info.install_hint),
+        };
+    };
+    let args = info.args.iter().map(OsString::from).collect();
+    let program = match info.exe_query {
+        Some(exe_query) if shim::is_shim(&found) => {
+            let user_home = hook_env.iter().find(|(k, _)| k == "HOME").map(|(_, v)| Path::new(v));
+            let query = shim::ShimQuery {
+                shim: &found,
+                plugin_dir,
+                exe_query,
+                append_bin: (*runtime == Runtime::Go).then_some("go"),
+                env: hook_env,
+                user_home,
+            };
+            match shim::resolve(&query, cache_dir) {
+                Ok(real) => real,
+                Err(reason) => {
+                    tracing::warn!("keeping the shim `{}`: {reason}", found.display());
+                    found
+                }
+            }
+        }
+        _ => found,
+    };
+    Launcher::Program { program, args }
+}
+
+/// Everything fixed about one script plugin, decided at load.
+#[derive(Debug)]
+pub struct ProcessPlugin {
+    pub manifest: Manifest,
+    pub launcher: Launcher,
+    pub env: EnvPlan,
+}
+
+/// Runs hooks of one script plugin as one-shot processes.
+#[derive(Debug)]
+pub struct ProcessRunner {
+    plugin: ProcessPlugin,
+    output_cap: usize,
+    /// Bootstrap `env_overrides`, already filtered.
+    overrides: RwLock<BTreeMap<String, String>>,
+}
+
+impl ProcessRunner {
+    pub fn new(plugin: ProcessPlugin) -> Self {
+        ProcessRunner { plugin, output_cap: DEFAULT_OUTPUT_CAP, overrides: RwLock::new(BTreeMap::new()) }
+    }
+
+    /// Sets the per-stream output cap (default [`DEFAULT_OUTPUT_CAP`]).
+    pub fn with_output_cap(mut self, cap: usize) -> Self {
+        self.output_cap = cap;
+        self
+    }
+
+    pub fn plugin(&self) -> &ProcessPlugin {
+        &self.plugin
+    }
+
+    /// Applies a bootstrap reply's `env_overrides` to later calls; returns a
+    /// warning per refused key.
+    pub fn set_env_overrides(&self, overrides: BTreeMap<String, String>) -> Vec<String> {
+        let (kept, warnings) = self.plugin.env.filter_overrides(overrides);
+        if let Ok(mut slot) = self.overrides.write() {
+            *slot = kept;
+        }
+        warnings
+    }
+
+    async fn call_inner(&self, request: &HookRequest, options: &CallOptions) -> Result<Value, HookError> {
+        let manifest = &self.plugin.manifest;
+        let hook = request.hook();
+        let script = manifest.hook(hook).ok_or_else(|| not_declared(manifest, hook))?;
+        // Checked on every call: the file may have moved or been replaced by
+        // an escaping symlink since load.
+        let path = check_hook_path(&manifest.dir, &script.raw)?;
+        let command = self.plugin.launcher.command_for(&path).map_err(HookError::Launch)?;
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("ctxhost-{}-", manifest.name))
+            .tempdir()
+            .map_err(HookError::Io)?;
+        let env = {
+            let overrides = self.overrides.read().map(|o| o.clone()).unwrap_or_default();
+            self.plugin.env.for_call(request, &overrides, tmp.path())
+        };
+        let base_secs = options.timeout_secs.unwrap_or(manifest.settings.hook_timeout_secs);
+        let secs = base_secs.saturating_mul(u64::from(hook.timeout_factor()));
+        let stdin = request.to_json_line();
+        let finished = oneshot::run(oneshot::OneShot {
+            command: &command,
+            cwd: &manifest.dir,
+            env,
+            stdin: &stdin,
+            timeout: Duration::from_secs(secs),
+            output_cap: self.output_cap,
+            plugin: &manifest.name,
+            hook,
+        })
+        .await?;
+        drop(tmp);
+        let stdout = finished.check_status()?;
+        Ok(parse_stdout(&stdout)?)
+    }
+}
+
+fn not_declared(manifest: &Manifest, hook: HookName) -> HookError {
+    let declared: Vec<&str> = manifest.hooks.keys().map(|h| h.as_str()).collect();
+    HookError::NotDeclared {
+        plugin: manifest.name.clone(),
+        hook,
+        declared: if declared.is_empty() { "none".into() } else { declared.join(", ") },
+    }
+}
+
+impl Runner for ProcessRunner {
+    fn call<'a>(&'a self, request: &'a HookRequest, options: &'a CallOptions) -> BoxFuture<'a, Result<Value, HookError>> {
+        Box::pin(self.call_inner(request, options))
+    }
+}

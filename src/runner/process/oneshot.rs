@@ -1,0 +1,250 @@
+//! One hook call as one process (spec section 5): spawn, feed, read, bound, reap.
+//!
+//! Invariants this module keeps, whatever the hook does:
+//! - the hook runs in its **own process group**, and that whole group is
+//!   killed when the call ends — on timeout, on an output cap, on success,
+//!   and when the calling future is dropped — so no grandchild outlives it;
+//! - stdout and stderr are read concurrently with feeding stdin, so no pipe
+//!   can fill up and deadlock either side;
+//! - once the hook itself has exited, what is already in the pipes is taken
+//!   without waiting: a background grandchild holding stdout open cannot
+//!   stretch the call;
+//! - each stream is capped; over the cap the group is killed at once.
+
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::exit;
+use super::launcher::CommandLine;
+use crate::protocol::HookName;
+use crate::runner::HookError;
+
+/// Default per-stream cap: 1 MiB.
+pub const DEFAULT_OUTPUT_CAP: usize = 1024 * 1024;
+
+/// How much of stderr is kept for an error message.
+const STDERR_TAIL: usize = 4096;
+
+/// A stderr line longer than this is logged in pieces.
+const MAX_LOG_LINE: usize = 16 * 1024;
+
+/// Everything one process call needs.
+pub struct OneShot<'a> {
+    pub command: &'a CommandLine,
+    pub cwd: &'a Path,
+    pub env: Vec<(OsString, OsString)>,
+    pub stdin: &'a [u8],
+    pub timeout: Duration,
+    pub output_cap: usize,
+    pub plugin: &'a str,
+    pub hook: HookName,
+}
+
+/// A process that exited by itself.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: Vec<u8>,
+    /// The last few KiB of stderr, trimmed.
+    pub stderr_tail: String,
+}
+
+impl Finished {
+    /// A non-zero exit as a labelled [`HookError::Exit`].
+    pub fn check_status(self) -> Result<Vec<u8>, HookError> {
+        if self.status.success() {
+            Ok(self.stdout)
+        } else {
+            Err(HookError::Exit { label: exit::label(self.status), code: self.status.code(), stderr: self.stderr_tail })
+        }
+    }
+}
+
+/// Kills the process group when dropped (every exit path, cancellation included).
+struct GroupKill(libc::pid_t);
+
+impl GroupKill {
+    fn kill(&self) {
+        // SAFETY: kill(2) with a negative pid signals the process group; the
+        // group id is the hook's pid (process_group(0)). ESRCH is fine.
+        unsafe {
+            libc::kill(-self.0, libc::SIGKILL);
+        }
+    }
+}
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs the call to the end. Returns the exit status and output of a hook
+/// that exited by itself, or the error that stopped it.
+pub async fn run(call: OneShot<'_>) -> Result<Finished, HookError> {
+    let mut cmd = tokio::process::Command::new(&call.command.program);
+    cmd.args(&call.command.args)
+        .env_clear()
+        .envs(call.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(call.cwd)
+        .process_group(0)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child =
+        cmd.spawn().map_err(|source| HookError::Spawn { program: call.command.program.clone(), source })?;
+    let group = GroupKill(child.id().map_or(0, |id| id as libc::pid_t));
+    let (Some(stdin), Some(mut stdout), Some(mut stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(HookError::Io(std::io::Error::other("hook pipes were not set up")));
+    };
+
+    let write = feed(stdin, call.stdin);
+    tokio::pin!(write);
+    let deadline = tokio::time::sleep(call.timeout);
+    tokio::pin!(deadline);
+
+    let mut out = Vec::new();
+    let mut err = StderrLog::new(call.plugin, call.hook);
+    let mut out_buf = vec![0u8; 64 * 1024];
+    let mut err_buf = vec![0u8; 16 * 1024];
+    let (mut out_open, mut err_open, mut writing) = (true, true, true);
+    let over_cap = |stream| HookError::OutputCap { stream, cap: call.output_cap };
+
+    let status = loop {
+        tokio::select! {
+            () = &mut write, if writing => writing = false,
+            r = stdout.read(&mut out_buf), if out_open => match r {
+                Ok(0) | Err(_) => out_open = false,
+                Ok(n) => {
+                    out.extend_from_slice(&out_buf[..n]);
+                    if out.len() > call.output_cap {
+                        group.kill();
+                        return Err(over_cap("stdout"));
+                    }
+                }
+            },
+            r = stderr.read(&mut err_buf), if err_open => match r {
+                Ok(0) | Err(_) => err_open = false,
+                Ok(n) => {
+                    err.feed(&err_buf[..n]);
+                    if err.total > call.output_cap {
+                        group.kill();
+                        return Err(over_cap("stderr"));
+                    }
+                }
+            },
+            status = child.wait() => break status?,
+            () = &mut deadline => {
+                group.kill();
+                let _ = child.wait().await;
+                return Err(HookError::Timeout { secs: call.timeout.as_secs() });
+            }
+        }
+    };
+
+    // The hook has exited: everything it wrote is already in the pipes. Take
+    // it without blocking; whatever still holds a pipe open is a leftover.
+    if out_open {
+        drain(stdout.as_raw_fd(), |chunk| out.extend_from_slice(chunk));
+    }
+    if err_open {
+        drain(stderr.as_raw_fd(), |chunk| err.feed(chunk));
+    }
+    group.kill();
+    if out.len() > call.output_cap {
+        return Err(over_cap("stdout"));
+    }
+    if err.total > call.output_cap {
+        return Err(over_cap("stderr"));
+    }
+    Ok(Finished { status, stdout: out, stderr_tail: err.finish() })
+}
+
+/// Writes the request and closes stdin. A hook that never reads its stdin
+/// (EPIPE) is fine: its answer decides.
+async fn feed(mut stdin: tokio::process::ChildStdin, bytes: &[u8]) {
+    if let Err(e) = stdin.write_all(bytes).await
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        tracing::debug!("writing the hook request failed: {e}");
+    }
+    drop(stdin);
+}
+
+/// Reads what is available on a pipe right now, without waiting.
+fn drain(fd: RawFd, mut sink: impl FnMut(&[u8])) {
+    let mut buf = [0u8; 16 * 1024];
+    // SAFETY: `fd` is an open pipe owned by the caller for the whole call;
+    // fcntl/read on it have no memory-safety preconditions beyond a valid buffer.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+        loop {
+            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+            if n > 0 {
+                sink(&buf[..n as usize]);
+            } else if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            } else {
+                break; // EOF, or EAGAIN: nothing more without waiting.
+            }
+        }
+    }
+}
+
+/// Streams stderr to tracing line by line (target `plugin_stderr`) and keeps
+/// a tail for error messages.
+struct StderrLog<'a> {
+    plugin: &'a str,
+    hook: HookName,
+    partial: Vec<u8>,
+    tail: Vec<u8>,
+    total: usize,
+}
+
+impl<'a> StderrLog<'a> {
+    fn new(plugin: &'a str, hook: HookName) -> Self {
+        StderrLog { plugin, hook, partial: Vec::new(), tail: Vec::new(), total: 0 }
+    }
+
+    fn feed(&mut self, chunk: &[u8]) {
+        self.total += chunk.len();
+        self.tail.extend_from_slice(chunk);
+        if self.tail.len() > 2 * STDERR_TAIL {
+            self.tail.drain(..self.tail.len() - STDERR_TAIL);
+        }
+        self.partial.extend_from_slice(chunk);
+        while let Some(pos) = self.partial.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=pos).collect();
+            self.emit(&line[..line.len() - 1]);
+        }
+        if self.partial.len() > MAX_LOG_LINE {
+            let line = std::mem::take(&mut self.partial);
+            self.emit(&line);
+        }
+    }
+
+    fn emit(&self, line: &[u8]) {
+        let line = String::from_utf8_lossy(line);
+        let line = line.trim_end_matches('\r');
+        tracing::info!(target: "plugin_stderr", plugin = self.plugin, hook = %self.hook, "{line}");
+    }
+
+    fn finish(mut self) -> String {
+        if !self.partial.is_empty() {
+            let line = std::mem::take(&mut self.partial);
+            self.emit(&line);
+        }
+        let start = self.tail.len().saturating_sub(STDERR_TAIL);
+        String::from_utf8_lossy(&self.tail[start..]).trim().to_owned()
+    }
+}
