@@ -3,16 +3,19 @@
 //! Used wherever a user types a name from a closed set (hook names, manifest
 //! keys, runtime tags), so every such error can end with a suggestion.
 
-/// The candidate closest to `typo` by edit distance, if it is close enough to
-/// be a plausible misspelling (at most a third of its length, minimum 1).
+/// The candidate closest to `typo`: by edit distance when close enough to be
+/// a plausible misspelling (at most a third of its length, minimum 1), else
+/// one that the typo is a 4+ character prefix of (`hook_timeout`).
 pub fn closest<'a>(typo: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let candidates: Vec<&str> = candidates.into_iter().collect();
     let limit = (typo.chars().count() / 3).max(1);
-    candidates
-        .into_iter()
-        .map(|c| (edit_distance(typo, c), c))
+    let by_distance = candidates
+        .iter()
+        .map(|c| (edit_distance(typo, c), *c))
         .filter(|(d, _)| *d <= limit)
         .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
+        .map(|(_, c)| c);
+    by_distance.or_else(|| candidates.into_iter().find(|c| typo.len() >= 4 && c.starts_with(typo)))
 }
 
 /// `closest` formatted as a sentence suffix: `; did you mean `x`?` or empty.
@@ -45,6 +48,8 @@ mod tests {
         assert_eq!(closest("ingset", hooks), Some("ingest"));
         assert_eq!(closest("after-turn", hooks), Some("after_turn"));
         assert_eq!(closest("zzz", hooks), None);
+        assert_eq!(closest("after", hooks), Some("after_turn"));
+        assert_eq!(closest("aft", hooks), None);
         assert_eq!(did_you_mean("asemble", hooks), "; did you mean `assemble`?");
         assert_eq!(did_you_mean("qqqqqq", hooks), "");
     }

@@ -63,10 +63,15 @@ pub fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) if is_broken_pipe(err.as_ref()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err}");
+            let message = err.to_string();
+            eprintln!("error: {message}");
+            // Many errors already quote their cause; show only what is new.
             let mut source = err.source();
             while let Some(cause) = source {
-                eprintln!("\nCaused by:\n  {cause}");
+                let text = cause.to_string();
+                if !message.contains(&text) {
+                    eprintln!("\nCaused by:\n  {text}");
+                }
                 source = cause.source();
             }
             ExitCode::FAILURE

@@ -1,11 +1,11 @@
-# bash-memory: a minimal context-engine memory plugin in pure bash (no python, no jq).
+# bash-memory: a minimal context-engine memory plugin in bash (no python, no jq).
 #
 # Shows: one script serving two hooks by dispatching on the request's "type".
 #   after_turn  stores every user message of the turn as a note in ./memory.jsonl
 #   ingest      recalls up to 3 notes of the same agent that share a word with the message
 # The host runs it as `bash hooks/memory.sh` with cwd = the plugin dir (no executable bit
 # needed), writes one JSON request line on stdin and reads one JSON reply line from stdout.
-# stderr is for logs. Uses only bash builtins (bash >= 4.4).
+# stderr is for logs. Needs bash >= 4.4 and grep (to split JSON into tokens).
 #
 # Try it by hand from the plugin dir:
 #   bash hooks/memory.sh < ../requests/after_turn.json
@@ -16,14 +16,15 @@
 # escapes '"', '\' and control characters exactly like the other examples.
 # Limitations:
 #   - "\u0000" is stored as U+FFFD (a bash string cannot hold a NUL byte);
-#   - bytes are passed through as they come: invalid UTF-8 is not rejected;
-#   - every ingest parses memory.jsonl line by line, which is fine for a few thousand notes
-#     but much slower than the other runtimes;
+#   - UTF-8 is passed through unchecked, except that 0xFE and 0xFF bytes (never valid in
+#     UTF-8) are rejected in strings: the decoder uses them internally;
 #   - an after_turn that stores more than ~4 KiB may reach the file in several writes, so
-#     two such calls running at the same moment could interleave their lines.
+#     two such calls running at the same moment could interleave their lines;
+#   - it is slower than the other runtimes (tens of ms per call, more for long inputs).
 
 set -u
-# Byte-wise string handling and ASCII-only case mapping, whatever the caller's locale.
+# Byte-wise string handling and ASCII-only case mapping, whatever the caller's locale
+# (this also applies to grep).
 export LC_ALL=C
 
 MEMORY_FILE=memory.jsonl
@@ -33,37 +34,51 @@ log() { printf '%s\n' "$*" >&2; }
 fail() { log "memory: error: $*"; exit 1; }
 
 # ------------------------------------------------------------------------------ JSON parser
-# json_parse TEXT flattens TEXT into three associative arrays keyed by path
-# ("$", "$.messages", "$.messages[0].content", ...):
+# json_tokenize splits JSON text (stdin) into tokens, one per array element, remembering the
+# input line of each: grep does that in one linear pass, where walking the text byte by byte
+# in bash would be quadratic. A token is a string literal, one of [ ] { } : , a bare word
+# (number, true, false, null — checked by the parser), or any other single stray character
+# (always an error). Whitespace between tokens is dropped.
+_RE_TOKEN='"([^"\\]|\\.)*"|[][{}:,]|[A-Za-z0-9.+-]+|[^ '$'\t\r'']'
+_RE_NUMBER='^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$'
+_RE_HEX4='^[0-9a-fA-F]{4}$'
+_CTRL=$'[\x01-\x1f]'
+_T=()     # tokens
+_L=()     # input line number of each token
+declare -A _FIRST=() # line number -> index of its first token
+
+json_tokenize() {
+  local raw=() e i=0
+  _T=() _L=() _FIRST=()
+  mapfile -t raw < <(grep -noE "$_RE_TOKEN")
+  for e in "${raw[@]}"; do
+    _L[i]=${e%%:*}
+    _T[i]=${e#*:}
+    [[ -n ${_FIRST[${_L[i]}]-} ]] || _FIRST[${_L[i]}]=$i
+    ((i++))
+  done
+}
+
+# json_parse_line N flattens the JSON value on input line N into three associative arrays
+# keyed by path ("$", "$.messages", "$.messages[0].content", ...):
 #   JT[path]  type: object, array, string, number, true, false or null
 #   JV[path]  decoded value of a string (or the text of a number)
 #   JN[path]  number of elements of an array
-# Returns 1 (with the reason in JSON_ERR) when TEXT is not exactly one JSON value.
+# Returns 1 (with the reason in JSON_ERR) unless line N holds exactly one JSON value.
 declare -A JT=() JV=() JN=()
 JSON_ERR=""
-_j="" # the text being parsed
-_p=0  # current byte offset in _j
-_s="" # last string decoded by _json_string
+_k=0    # index of the current token
+_line=0 # line being parsed
+_t=""   # current token ("" past the end of the line)
+_s=""   # last string decoded by _json_string
 
-_RE_WS=$'^[ \t\n\r]+'
-_RE_PLAIN=$'^[^"\\\\\x01-\x1f]+'
-_RE_NUMBER='^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?'
-_RE_HEX4='^[0-9a-fA-F]{4}$'
+_json_fail() { JSON_ERR="$1 (token $((_k + 1)): '${_t:0:40}')"; return 1; }
 
-_json_fail() { JSON_ERR="$1 at byte $((_p + 1))"; return 1; }
-
-# (The scanners below look at a bounded window of the text, never at all of the rest of
-# it: copying the rest on every token would make parsing quadratic in the input size.)
-_json_ws() {
-  while [[ ${_j:_p:1} == [$' \t\n\r'] ]]; do
-    if [[ ${_j:_p:256} =~ $_RE_WS ]]; then
-      ((_p += ${#BASH_REMATCH[0]}))
-    fi
-  done
-  return 0
+_json_tok() {
+  if ((_k < ${#_T[@]})) && [[ ${_L[_k]} == "$_line" ]]; then _t=${_T[_k]}; else _t=""; fi
 }
 
-# Appends the UTF-8 encoding of code point $1 to variable _s.
+# Sets _ch to the UTF-8 encoding of code point $1.
 _json_utf8() {
   local cp=$1 esc
   if ((cp < 0x80)); then
@@ -77,153 +92,151 @@ _json_utf8() {
     printf -v esc '\\x%02x\\x%02x\\x%02x\\x%02x' $((0xF0 | cp >> 18)) \
       $((0x80 | (cp >> 12 & 0x3F))) $((0x80 | (cp >> 6 & 0x3F))) $((0x80 | (cp & 0x3F)))
   fi
-  local ch
-  printf -v ch '%b' "$esc"
-  _s+=$ch
+  printf -v _ch '%b' "$esc"
 }
 
-# Decodes the string literal at _p into _s.
+# Decodes the string literal token _t into _s.
+# Escapes are replaced string-wide rather than one at a time (which is quadratic in bash):
+# first every "\\" becomes a 0xFF byte (a byte that never occurs in UTF-8, so it cannot
+# clash with the text), then every remaining backslash starts a one-character escape; the
+# \uXXXX ones are cut apart at 0xFE bytes (never in UTF-8 either) and decoded in order.
 _json_string() {
-  local c hex cp lo
-  _s=""
-  ((_p++)) # opening quote
-  while :; do
-    while [[ ${_j:_p:1024} =~ $_RE_PLAIN ]]; do # runs of characters that need no decoding
-      _s+=${BASH_REMATCH[0]}
-      ((_p += ${#BASH_REMATCH[0]}))
-    done
-    c=${_j:_p:1}
-    if [[ $c == '"' ]]; then
-      ((_p++))
-      return 0
-    elif [[ $c != '\' ]]; then
-      if [[ -z $c ]]; then _json_fail "unterminated string"; else _json_fail "control character in string"; fi
+  local s part hex cp lo i bs='\' fe=$'\xfe' ff=$'\xff' parts=()
+  if ((${#_t} < 2)); then
+    _json_fail "unterminated string"
+    return 1
+  fi
+  s=${_t:1:${#_t}-2}
+  if [[ $s == *$_CTRL* ]]; then
+    _json_fail "control character in string"
+    return 1
+  elif [[ $s == *[$'\xfe\xff']* ]]; then
+    _json_fail "invalid UTF-8 in string"
+    return 1
+  fi
+  if [[ $s == *"$bs"* ]]; then
+    s=${s//"$bs$bs"/"$ff"}
+    if [[ $s == *"$bs"[^\"/bfnrtu]* || $s == *"$bs" ]]; then
+      _json_fail "invalid escape"
       return 1
     fi
-    c=${_j:_p+1:1}
-    case $c in
-      '"' | '\' | /) _s+=$c ;;
-      b) _s+=$'\b' ;;
-      f) _s+=$'\f' ;;
-      n) _s+=$'\n' ;;
-      r) _s+=$'\r' ;;
-      t) _s+=$'\t' ;;
-      u)
-        hex=${_j:_p+2:4}
+    s=${s//"$bs\""/\"}
+    s=${s//"$bs/"//}
+    s=${s//"${bs}b"/$'\b'}
+    s=${s//"${bs}f"/$'\f'}
+    s=${s//"${bs}n"/$'\n'}
+    s=${s//"${bs}r"/$'\r'}
+    s=${s//"${bs}t"/$'\t'}
+    if [[ $s == *"${bs}u"* ]]; then
+      # parts[0] is plain text; every later part starts with the 4 hex digits of an escape.
+      mapfile -t -d "$fe" parts <<<"${s//"${bs}u"/"$fe"}"
+      parts[-1]=${parts[-1]%$'\n'} # the newline added by <<<
+      s=${parts[0]}
+      for ((i = 1; i < ${#parts[@]}; i++)); do
+        part=${parts[i]}
+        hex=${part:0:4}
         [[ $hex =~ $_RE_HEX4 ]] || { _json_fail "invalid \\u escape"; return 1; }
         cp=$((16#$hex))
         if ((cp >= 0xD800 && cp <= 0xDBFF)); then
-          # a high surrogate: join it with the low surrogate that must follow
-          hex=${_j:_p+8:4}
-          if [[ ${_j:_p+6:2} == '\u' && $hex =~ $_RE_HEX4 ]] &&
+          # a high surrogate: join it with the low surrogate that should follow
+          hex=${parts[i + 1]-}
+          hex=${hex:0:4}
+          if ((${#part} == 4)) && [[ $hex =~ $_RE_HEX4 ]] &&
             (((lo = 16#$hex) >= 0xDC00 && lo <= 0xDFFF)); then
             cp=$((0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00)))
-            ((_p += 6))
+            part=${parts[++i]}
           else
             cp=0xFFFD
           fi
         elif ((cp >= 0xDC00 && cp <= 0xDFFF || cp == 0)); then
-          cp=0xFFFD # lone low surrogate, or NUL which bash cannot hold
+          cp=0xFFFD # a lone low surrogate, or NUL which bash cannot hold
         fi
         _json_utf8 "$cp"
-        ((_p += 4))
-        ;;
-      *)
-        _json_fail "invalid escape"
-        return 1
-        ;;
-    esac
-    ((_p += 2))
-  done
+        s+=$_ch${part:4}
+      done
+    fi
+    s=${s//"$ff"/"$bs"}
+  fi
+  _s=$s
 }
 
-# Parses the value at _p and records it under path $1.
+# Parses the value at token _k and records it under path $1.
 _json_value() {
-  local path=$1 c key n
-  _json_ws
-  c=${_j:_p:1}
-  case $c in
+  local path=$1 key n=0
+  _json_tok
+  case $_t in
     '{')
       JT[$path]=object
-      ((_p++))
-      _json_ws
-      if [[ ${_j:_p:1} == '}' ]]; then
-        ((_p++))
+      ((++_k))
+      _json_tok
+      if [[ $_t == '}' ]]; then
+        ((++_k))
         return 0
       fi
       while :; do
-        _json_ws
-        [[ ${_j:_p:1} == '"' ]] || { _json_fail "expected string key"; return 1; }
+        [[ $_t == '"'* ]] || { _json_fail "expected string key"; return 1; }
         _json_string || return 1
         key=$_s
-        _json_ws
-        [[ ${_j:_p:1} == ':' ]] || { _json_fail "expected ':'"; return 1; }
-        ((_p++))
+        ((++_k))
+        _json_tok
+        [[ $_t == : ]] || { _json_fail "expected ':'"; return 1; }
+        ((++_k))
         _json_value "$path.$key" || return 1
-        _json_ws
-        c=${_j:_p:1}
-        [[ $c == '}' || $c == ',' ]] || { _json_fail "expected ',' or '}'"; return 1; }
-        ((_p++))
-        [[ $c == '}' ]] && return 0
+        _json_tok
+        [[ $_t == '}' || $_t == , ]] || { _json_fail "expected ',' or '}'"; return 1; }
+        ((++_k))
+        [[ $_t == '}' ]] && return 0
+        _json_tok
       done
       ;;
     '[')
       JT[$path]=array
       JN[$path]=0
-      ((_p++))
-      _json_ws
-      if [[ ${_j:_p:1} == ']' ]]; then
-        ((_p++))
+      ((++_k))
+      _json_tok
+      if [[ $_t == ']' ]]; then
+        ((++_k))
         return 0
       fi
-      n=0
       while :; do
         _json_value "$path[$n]" || return 1
         JN[$path]=$((++n))
-        _json_ws
-        c=${_j:_p:1}
-        [[ $c == ']' || $c == ',' ]] || { _json_fail "expected ',' or ']'"; return 1; }
-        ((_p++))
-        [[ $c == ']' ]] && return 0
+        _json_tok
+        [[ $_t == ']' || $_t == , ]] || { _json_fail "expected ',' or ']'"; return 1; }
+        ((++_k))
+        [[ $_t == ']' ]] && return 0
       done
       ;;
-    '"')
+    '"'*)
       _json_string || return 1
       JT[$path]=string
       JV[$path]=$_s
+      ((++_k))
       ;;
-    t | f | n)
-      for key in true false null; do
-        if [[ ${_j:_p:${#key}} == "$key" ]]; then
-          JT[$path]=$key
-          ((_p += ${#key}))
-          return 0
-        fi
-      done
-      _json_fail "unexpected character"
+    true | false | null)
+      JT[$path]=$_t
+      ((++_k))
+      ;;
+    '')
+      _json_fail "unexpected end of input"
       ;;
     *)
-      if [[ ${_j:_p:1024} =~ $_RE_NUMBER ]]; then
-        JT[$path]=number
-        JV[$path]=${BASH_REMATCH[0]}
-        ((_p += ${#BASH_REMATCH[0]}))
-      elif [[ -z $c ]]; then
-        _json_fail "unexpected end of input"
-      else
-        _json_fail "unexpected character"
-      fi
+      [[ $_t =~ $_RE_NUMBER ]] || { _json_fail "unexpected token"; return 1; }
+      JT[$path]=number
+      JV[$path]=$_t
+      ((++_k))
       ;;
   esac
 }
 
-json_parse() {
+json_parse_line() {
   JT=() JV=() JN=()
   JSON_ERR=""
-  _j=$1
-  _p=0
+  _line=$1
+  _k=${_FIRST[$1]-${#_T[@]}}
   _json_value '$' || return 1
-  _json_ws
-  ((_p == ${#_j})) || { _json_fail "trailing characters"; return 1; }
+  _json_tok
+  [[ -z $_t ]] || { _json_fail "trailing characters"; return 1; }
 }
 
 # Sets _r to the string at path $1, or to "" when there is no string there.
@@ -234,7 +247,6 @@ json_str() {
 # ----------------------------------------------------------------------------- JSON encoder
 # Sets _q to $1 as a JSON string literal: '"', '\' and control characters are escaped,
 # everything else (UTF-8 included) is copied as is.
-_CTRL=$'[\x01-\x1f]'
 json_quote() {
   local s=$1 bs='\' dq='"' i c hex
   s=${s//"$bs"/"$bs$bs"}
@@ -279,10 +291,10 @@ message_text() {
 }
 
 after_turn() {
-  local agent_id=$1 i n lines="" stored=0
+  local agent_id=$1 agent_json i n=0 lines="" stored=0
   json_quote "$agent_id"
-  local agent_json=$_q
-  [[ ${JT['$.messages']-} == array ]] && n=${JN['$.messages']} || n=0
+  agent_json=$_q
+  [[ ${JT['$.messages']-} == array ]] && n=${JN['$.messages']}
   for ((i = 0; i < n; i++)); do
     json_str "\$.messages[$i].role"
     [[ $_r == user ]] || continue
@@ -290,7 +302,7 @@ after_turn() {
     [[ -n ${_text//[$' \t\r\n']/} ]] || continue # empty or whitespace only
     json_quote "$_text"
     lines+="{\"agent_id\": $agent_json, \"content\": $_q}"$'\n'
-    ((stored++))
+    ((++stored))
   done
   if ((stored > 0)); then
     printf '%s' "$lines" >>"$MEMORY_FILE" || fail "cannot write $MEMORY_FILE"
@@ -300,7 +312,7 @@ after_turn() {
 }
 
 ingest() {
-  local agent_id=$1 message w i k words=() found=() note haystack dup hit
+  local agent_id=$1 message w k line last note haystack dup hit words=() found=()
   json_str '$.message'
   message=$_r
   # Words: runs of ASCII letters/digits, lowercased, at least 4 long.
@@ -309,10 +321,11 @@ ingest() {
     ((${#w} >= 4)) && words+=("$w")
   done
   if ((${#words[@]} > 0)) && [[ -f $MEMORY_FILE ]]; then
-    local notes=()
-    mapfile -t notes <"$MEMORY_FILE"
-    for ((i = ${#notes[@]} - 1; i >= 0 && ${#found[@]} < MAX_RECALL; i--)); do # newest first
-      json_parse "${notes[i]}" || continue # blank or damaged line
+    json_tokenize <"$MEMORY_FILE"
+    last=${_L[${#_L[@]} - 1]-0}
+    for ((line = last; line >= 1 && ${#found[@]} < MAX_RECALL; line--)); do # newest first
+      [[ -n ${_FIRST[$line]-} ]] || continue # blank line
+      json_parse_line "$line" || continue    # damaged line
       [[ ${JT['$.agent_id']-} == string && ${JT['$.content']-} == string ]] || continue
       [[ ${JV['$.agent_id']} == "$agent_id" ]] || continue
       note=${JV['$.content']}
@@ -336,10 +349,11 @@ ingest() {
 }
 
 main() {
-  local line="" agent_id type
+  local line="" agent_id
   IFS= read -r line || [[ -n $line ]] || fail "empty request on stdin"
   [[ -n ${line//[$' \t\r\n']/} ]] || fail "empty request on stdin"
-  json_parse "$line" || fail "request is not valid JSON: $JSON_ERR"
+  json_tokenize <<<"$line"
+  json_parse_line 1 || fail "request is not valid JSON: $JSON_ERR"
   [[ ${JT['$']} == object ]] || fail "request is not a JSON object"
   json_str '$.agent_id'
   agent_id=$_r

@@ -20,6 +20,22 @@ use crate::protocol::HookRequest;
 
 type Pairs = Vec<(OsString, OsString)>;
 
+/// `LIBREFANG_MESSAGE` is cut to this many bytes (on a char boundary): Linux
+/// refuses to start a process with one variable over 128 KiB (E2BIG), and the
+/// whole message is in the request on stdin anyway.
+pub const MAX_ENV_MESSAGE: usize = 32 * 1024;
+
+fn env_message(message: &str) -> &str {
+    if message.len() <= MAX_ENV_MESSAGE {
+        return message;
+    }
+    let mut end = MAX_ENV_MESSAGE;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    &message[..end]
+}
+
 /// The per-plugin part of the hook environment, computed once.
 #[derive(Debug, Clone, Default)]
 pub struct EnvPlan {
@@ -112,7 +128,7 @@ impl EnvPlan {
     pub fn for_call(&self, request: &HookRequest, overrides: &BTreeMap<String, String>, tmpdir: &Path) -> Pairs {
         let mut env = Pairs::with_capacity(4 + self.base.len() + overrides.len() + self.tail.len());
         env.push(("LIBREFANG_AGENT_ID".into(), request.agent_id().unwrap_or("").into()));
-        env.push(("LIBREFANG_MESSAGE".into(), request.message().unwrap_or("").into()));
+        env.push(("LIBREFANG_MESSAGE".into(), env_message(request.message().unwrap_or("")).into()));
         env.push(("LIBREFANG_RUNTIME".into(), self.runtime_label.clone()));
         env.extend(self.base.iter().cloned());
         env.extend(overrides.iter().map(|(k, v)| (k.into(), v.into())));
@@ -125,5 +141,19 @@ impl EnvPlan {
     /// query (shim resolution) runs with.
     pub fn base(&self) -> &[(OsString, OsString)] {
         &self.base
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_messages_are_cut_on_a_char_boundary() {
+        assert_eq!(env_message("short"), "short");
+        let long = format!("a{}", "é".repeat(MAX_ENV_MESSAGE));
+        let cut = env_message(&long);
+        assert!(cut.len() <= MAX_ENV_MESSAGE && cut.len() >= MAX_ENV_MESSAGE - 1);
+        assert!(long.starts_with(cut));
     }
 }

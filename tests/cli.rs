@@ -1,0 +1,135 @@
+//! `ctxhost hook` and `ctxhost doctor` as a user runs them.
+
+use serde_json::Value;
+
+use crate::util::{TestPlugin, ctxhost, reply, stderr, write};
+
+#[test]
+fn hook_by_name_from_the_plugins_dir_with_an_input_file() {
+    let p = TestPlugin::bash("after_turn", "cat\n", "");
+    let input = p.root.path().join("req.json");
+    write(&input, r#"{"agent_id":"a","messages":[{"role":"user","content":"hi"}]}"#);
+    let a = p
+        .cmd()
+        .args(["--plugins-dir", p.dir.parent().unwrap().to_str().unwrap(), "hook", "t", "after_turn", "--input"])
+        .arg(&input)
+        .assert()
+        .success();
+    assert_eq!(
+        reply(&a),
+        serde_json::json!({"type":"after_turn","agent_id":"a","messages":[{"role":"user","content":"hi","pinned":false}]})
+    );
+}
+
+#[test]
+fn plugins_dir_from_the_environment() {
+    let p = TestPlugin::bash("ingest", "echo '{\"ok\":1}'\n", "");
+    let a = p
+        .cmd()
+        .env("CTXHOST_PLUGINS_DIR", p.dir.parent().unwrap())
+        .args(["hook", "t", "ingest"])
+        .write_stdin("")
+        .assert()
+        .success();
+    assert_eq!(reply(&a), serde_json::json!({"ok": 1}));
+}
+
+#[test]
+fn unknown_plugin_and_hook_say_what_is_valid() {
+    let p = TestPlugin::bash("ingest", "echo '{}'\n", "");
+    let plugins = p.dir.parent().unwrap().to_str().unwrap().to_owned();
+    let a = p.cmd().args(["--plugins-dir", &plugins, "hook", "u", "ingest"]).assert().failure().code(1);
+    assert_eq!(
+        stderr(&a),
+        format!("error: no plugin `u`: it is not a directory, and `{plugins}` has no plugin of that name; did you mean `t`?\n")
+    );
+    let a = p.cmd().args(["hook", p.dir.to_str().unwrap(), "asemble"]).assert().failure().code(1);
+    assert!(stderr(&a).ends_with("did you mean `assemble`?\n"), "{}", stderr(&a));
+    let a = p.hook("compact", "{}").failure().code(1);
+    assert_eq!(stderr(&a), "error: plugin 't' has no `compact` hook (it declares: ingest)\n");
+}
+
+#[test]
+fn bad_requests_are_refused_before_running_anything() {
+    let p = TestPlugin::bash("ingest", "touch ran\necho '{}'\n", "");
+    let a = p.hook("ingest", "{not json").failure().code(1);
+    assert!(stderr(&a).starts_with("error: the request is not valid JSON: key must be a string at line 1"), "{}", stderr(&a));
+    let a = p.hook("ingest", r#"{"type":"compact"}"#).failure().code(1);
+    assert_eq!(stderr(&a), "error: the request's `type` is \"compact\" but the hook is `ingest`\n");
+    assert!(!p.dir.join("ran").exists());
+}
+
+#[test]
+fn a_bad_manifest_names_file_key_and_reason() {
+    let p = TestPlugin::new("t", &[("plugin.toml", "name = \"t\"\nversion = \"1\"\n[hooks]\ningest = \"../x.sh\"\n")]);
+    let a = p.hook("ingest", "{}").failure().code(1);
+    assert_eq!(
+        stderr(&a),
+        format!(
+            "error: invalid plugin manifest `{}`, key `hooks.ingest`: Path traversal denied: ../x.sh\n",
+            p.dir.join("plugin.toml").display()
+        )
+    );
+}
+
+#[test]
+fn manifest_warnings_are_shown_but_the_hook_runs() {
+    let p = TestPlugin::bash("ingest", "echo '{}'\n", "colour = \"blue\"");
+    let a = p.hook("ingest", "{}").success();
+    assert!(stderr(&a).contains("unknown key `colour` is ignored"), "{}", stderr(&a));
+}
+
+#[test]
+fn doctor_json_has_librefangs_shape() {
+    let p = TestPlugin::bash("ingest", "echo '{}'\n", "");
+    write(&p.dir.parent().unwrap().join("broken/plugin.toml"), "name = \"broken\"\n");
+    let a = ctxhost()
+        .args(["--home"])
+        .arg(&p.home)
+        .args(["--plugins-dir", p.dir.parent().unwrap().to_str().unwrap(), "doctor", "--json"])
+        .assert()
+        .failure()
+        .code(1);
+    let report: Value = serde_json::from_slice(&a.get_output().stdout).unwrap();
+    let runtimes = report["runtimes"].as_array().unwrap();
+    let names: Vec<&str> = runtimes.iter().map(|r| r["runtime"].as_str().unwrap()).collect();
+    assert_eq!(names, ["python", "native", "v", "node", "deno", "go", "ruby", "bash", "bun", "php", "lua", "wasm"]);
+    let bash = runtimes.iter().find(|r| r["runtime"] == "bash").unwrap();
+    assert_eq!(bash["available"], true);
+    assert!(bash["version"].as_str().unwrap().starts_with("GNU bash"));
+    for key in ["runtime", "launcher", "available", "version", "install_hint"] {
+        assert!(bash.get(key).is_some(), "{key}");
+    }
+    let plugins = report["plugins"].as_array().unwrap();
+    assert_eq!(plugins.len(), 2);
+    assert_eq!(plugins[0]["name"], "broken");
+    assert_eq!(plugins[0]["hooks_valid"], false);
+    assert!(plugins[0]["error"].as_str().unwrap().contains("key `version`: missing required key"));
+    assert_eq!(
+        plugins[1],
+        serde_json::json!({"name":"t","runtime":"bash","runtime_available":true,"hooks_valid":true,
+            "install_hint":"Install bash via your OS package manager (pre-installed on most Unix-like systems)"})
+    );
+}
+
+#[test]
+fn doctor_text_report() {
+    let p = TestPlugin::bash("ingest", "echo '{}'\n", "");
+    let a = ctxhost()
+        .args(["--home"])
+        .arg(&p.home)
+        .args(["--plugins-dir", p.dir.parent().unwrap().to_str().unwrap(), "doctor"])
+        .assert()
+        .success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    assert!(out.starts_with("Runtimes\n"), "{out}");
+    assert!(out.contains("\n  ok  bash    /"), "{out}");
+    assert!(out.contains("\n  t                    bash    ok\n"), "{out}");
+}
+
+#[test]
+fn help_has_examples() {
+    let a = ctxhost().args(["hook", "--help"]).assert().success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    assert!(out.contains("Examples:") && out.contains("--timeout-secs"), "{out}");
+}

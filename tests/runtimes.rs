@@ -1,0 +1,112 @@
+//! Every guest example through its real interpreter, against one shared test set.
+//!
+//! The examples in `guest-examples/` implement the same tiny memory (see its
+//! README): `after_turn` stores what the user said, `ingest` recalls notes
+//! sharing a word of 4+ letters, newest first, at most 3, per agent.
+
+use serde_json::{Value, json};
+
+use crate::util::{TestPlugin, example, reply, require_program, stderr};
+
+fn after_turn(p: &TestPlugin, agent: &str, messages: Value) {
+    let req = json!({"agent_id": agent, "messages": messages}).to_string();
+    let a = p.hook("after_turn", &req).success();
+    assert_eq!(reply(&a), json!({"type": "ok"}));
+}
+
+fn recall(p: &TestPlugin, agent: &str, message: &str) -> Vec<String> {
+    let req = json!({"agent_id": agent, "message": message, "peer_id": null}).to_string();
+    let a = p.hook("ingest", &req).success();
+    let r = reply(&a);
+    assert!(stderr(&a).contains("plugin_stderr"), "the example logs one line to stderr: {}", stderr(&a));
+    assert_eq!(r["type"], "ingest_result", "{r}");
+    r["memories"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap().to_owned()).collect()
+}
+
+/// The shared test set.
+fn check(name: &str) {
+    let p = example(name);
+    let tricky = "My garden has \"heirloom\" tomatoes,\ncafé ☕ basil and a C:\\shed";
+    after_turn(
+        &p,
+        "a1",
+        json!([
+            {"role": "system", "content": "be helpful", "pinned": true},
+            {"role": "user", "content": tricky},
+            {"role": "assistant", "content": "What a garden!"},
+            {"role": "user", "content": [
+                {"type": "text", "text": "I also keep bees"},
+                {"type": "image", "media_type": "image/png", "data": "AAAA"},
+                {"type": "text", "text": "and chickens"}
+            ]},
+            {"role": "user", "content": ""}
+        ]),
+    );
+    after_turn(&p, "a2", json!([{"role": "user", "content": "my garden is secret"}]));
+
+    assert_eq!(recall(&p, "a1", "Tell me about my GARDEN"), [tricky]);
+    assert_eq!(recall(&p, "a1", "bees, chickens?"), ["I also keep bees\nand chickens"]);
+    assert_eq!(recall(&p, "a1", "zebras are odd"), Vec::<String>::new());
+    assert_eq!(recall(&p, "a2", "garden"), ["my garden is secret"]);
+    assert_eq!(recall(&p, "a3", "garden"), Vec::<String>::new());
+
+    after_turn(
+        &p,
+        "a3",
+        json!([
+            {"role": "user", "content": "herbs one"},
+            {"role": "user", "content": "herbs two"},
+            {"role": "user", "content": "herbs three"},
+            {"role": "user", "content": "herbs four"},
+            {"role": "user", "content": "herbs two"}
+        ]),
+    );
+    assert_eq!(recall(&p, "a3", "herbs"), ["herbs two", "herbs four", "herbs three"], "newest first, unique, at most 3");
+}
+
+#[test]
+fn python() {
+    require_program("python3", "python3");
+    check("python-memory");
+}
+
+#[test]
+fn node() {
+    require_program("node", "nodejs");
+    check("node-memory");
+}
+
+#[test]
+fn bash() {
+    require_program("bash", "bash");
+    check("bash-memory");
+}
+
+#[test]
+fn go() {
+    require_program("go", "golang-go");
+    check("go-memory");
+}
+
+#[test]
+fn ruby() {
+    require_program("ruby", "ruby");
+    check("ruby-memory");
+}
+
+#[test]
+fn lua() {
+    require_program("lua", "lua5.4");
+    check("lua-memory");
+}
+
+#[test]
+fn php() {
+    require_program("php", "php-cli");
+    check("php-memory");
+}
+
+#[test]
+fn native() {
+    check("native-memory");
+}

@@ -1,0 +1,147 @@
+//! Shared helpers: throwaway plugins, a ctxhost command with its own home,
+//! and the guest examples (copied, and built once per test run when native).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A plugin written into a fresh temporary plugins dir.
+pub struct TestPlugin {
+    pub root: TempDir,
+    pub dir: PathBuf,
+    pub home: PathBuf,
+}
+
+impl TestPlugin {
+    /// `files` are (relative path, content); `plugin.toml` among them.
+    pub fn new(name: &str, files: &[(&str, &str)]) -> TestPlugin {
+        let root = tempfile::tempdir().expect("temp dir");
+        let dir = root.path().join("plugins").join(name);
+        for (rel, content) in files {
+            write(&dir.join(rel), content);
+        }
+        let home = root.path().join("home");
+        TestPlugin { root, dir, home }
+    }
+
+    /// A bash plugin whose `hook` script is `body`.
+    pub fn bash(hook: &str, body: &str, extra_manifest: &str) -> TestPlugin {
+        let manifest = format!(
+            "name = \"t\"\nversion = \"0.1.0\"\n{extra_manifest}\n[hooks]\nruntime = \"bash\"\n{hook} = \"hooks/{hook}.sh\"\n"
+        );
+        TestPlugin::new("t", &[("plugin.toml", &manifest), (&format!("hooks/{hook}.sh"), body)])
+    }
+
+    /// `ctxhost --home <home> hook <dir> <hook>` with `input` on stdin.
+    pub fn hook(&self, hook: &str, input: &str) -> assert_cmd::assert::Assert {
+        self.cmd().args(["hook", self.dir.to_str().unwrap(), hook]).write_stdin(input).assert()
+    }
+
+    pub fn cmd(&self) -> assert_cmd::Command {
+        let mut cmd = ctxhost();
+        cmd.arg("--home").arg(&self.home);
+        cmd
+    }
+}
+
+pub fn write(path: &Path, content: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, content).unwrap();
+}
+
+/// The ctxhost binary with a clean log setup.
+pub fn ctxhost() -> assert_cmd::Command {
+    let mut cmd = assert_cmd::Command::cargo_bin("ctxhost").expect("ctxhost binary");
+    cmd.env_remove("RUST_LOG").env_remove("CTXHOST_HOME").env_remove("CTXHOST_PLUGINS_DIR");
+    cmd
+}
+
+/// Parses the single JSON line a successful `ctxhost hook` prints.
+pub fn reply(assert: &assert_cmd::assert::Assert) -> Value {
+    let out = &assert.get_output().stdout;
+    let text = String::from_utf8_lossy(out);
+    assert_eq!(text.lines().count(), 1, "expected one JSON line, got: {text}");
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("reply is not JSON ({e}): {text}"))
+}
+
+pub fn stderr(assert: &assert_cmd::assert::Assert) -> String {
+    String::from_utf8_lossy(&assert.get_output().stderr).into_owned()
+}
+
+/// Fails with an install hint when a runtime the tests need is missing.
+pub fn require_program(program: &str, package: &str) {
+    let path = std::env::var_os("PATH");
+    if ctxhost::runner::process::find_on_path(program, path.as_deref()).is_none() {
+        panic!(
+            "`{program}` is not installed, and this test runs it for real. \
+             Run `scripts/test.sh` (it installs what is missing) or `apt-get install -y {package}`."
+        );
+    }
+}
+
+/// Copies a guest example into a fresh plugins dir (state files stay there).
+pub fn example(name: &str) -> TestPlugin {
+    let root = tempfile::tempdir().expect("temp dir");
+    let dir = root.path().join("plugins").join(name);
+    copy_dir(&repo_root().join("guest-examples").join(name), &dir);
+    if name == "native-memory" {
+        let bin = native_example_binary();
+        let dest = dir.join("bin").join("native-memory");
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        std::fs::copy(bin, &dest).unwrap();
+    }
+    let home = root.path().join("home");
+    TestPlugin { root, dir, home }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap_or_else(|e| panic!("{}: {e}", from.display())) {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if name == "target" || name == "bin" || name == "memory.jsonl" {
+            continue;
+        }
+        let src = entry.path();
+        if src.is_dir() {
+            copy_dir(&src, &to.join(&name));
+        } else {
+            std::fs::copy(&src, to.join(&name)).unwrap();
+        }
+    }
+}
+
+/// Builds `guest-examples/native-memory` once per test run.
+pub fn native_example_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let target = repo_root().join("target").join("guest-native");
+        let manifest = repo_root().join("guest-examples/native-memory/Cargo.toml");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = std::process::Command::new(cargo)
+            .args(["build", "--release", "--quiet", "--manifest-path"])
+            .arg(&manifest)
+            .arg("--target-dir")
+            .arg(&target)
+            .status()
+            .expect("run cargo for the native example");
+        assert!(status.success(), "building the native example failed");
+        target.join("release").join("native-memory")
+    })
+}
+
+/// True when `pid` no longer runs (gone, or a zombie nobody reaped yet).
+pub fn is_dead(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
