@@ -46,7 +46,7 @@ impl HostConfig {
         let mut table: toml::Table = toml::from_str(&text).map_err(|e| fail(e.to_string().trim_end().to_owned()))?;
         let mut warnings = Vec::new();
         table.retain(|key, _| {
-            let known = KNOWN_KEYS.iter().any(|k| *k == key);
+            let known = KNOWN_KEYS.contains(&key);
             if !known {
                 let hint = crate::hint::did_you_mean(key, KNOWN_KEYS.iter().copied());
                 warnings.push(format!("{}: unknown key `{key}` is ignored{hint}", file.display()));

@@ -59,21 +59,16 @@ pub fn report(plugins_dir: &Path, host_env: &dyn Fn(&str) -> Option<OsString>) -
             Runtime::BUILT_IN.iter().map(|rt| s.spawn(|| probe_runtime(rt, path.as_deref()))).collect();
         probes.into_iter().filter_map(|h| h.join().ok()).collect()
     });
-    let plugins = plugin_dirs(plugins_dir)
-        .iter()
-        .map(|dir| check_plugin(dir, &runtimes, path.as_deref(), host_env))
-        .collect();
+    let plugins =
+        plugin_dirs(plugins_dir).iter().map(|dir| check_plugin(dir, &runtimes, path.as_deref(), host_env)).collect();
     DoctorReport { runtimes, plugins }
 }
 
 /// Directories under `plugins_dir` that hold a plugin.toml, sorted by name.
 pub fn plugin_dirs(plugins_dir: &Path) -> Vec<std::path::PathBuf> {
     let Ok(entries) = std::fs::read_dir(plugins_dir) else { return Vec::new() };
-    let mut dirs: Vec<_> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.join(MANIFEST_FILE).is_file())
-        .collect();
+    let mut dirs: Vec<_> =
+        entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.join(MANIFEST_FILE).is_file()).collect();
     dirs.sort();
     dirs
 }
@@ -124,9 +119,8 @@ fn version_of(program: &Path, args: &[&str], path: Option<&std::ffi::OsStr>) -> 
     if !out.status.success() {
         return None;
     }
-    let first_line = |bytes: &[u8]| {
-        String::from_utf8_lossy(bytes).lines().map(str::trim).find(|l| !l.is_empty()).map(str::to_owned)
-    };
+    let first_line =
+        |bytes: &[u8]| String::from_utf8_lossy(bytes).lines().map(str::trim).find(|l| !l.is_empty()).map(str::to_owned);
     first_line(&out.stdout).or_else(|| first_line(&out.stderr))
 }
 

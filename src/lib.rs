@@ -3,13 +3,13 @@
 //! Start at [`protocol`] for the wire types, [`manifest`] for `plugin.toml`,
 //! and [`runner`] for how a hook call executes. `ARCHITECTURE.md` is the map.
 
-pub mod protocol;
 pub mod manifest;
+pub mod protocol;
 
-mod hint;
-pub mod config;
-pub mod home;
-pub mod runner;
-pub mod plugin;
-pub mod doctor;
 pub mod cli;
+pub mod config;
+pub mod doctor;
+mod hint;
+pub mod home;
+pub mod plugin;
+pub mod runner;

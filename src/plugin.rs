@@ -87,7 +87,8 @@ fn write_config(
         }
         return Ok(None);
     }
-    let (resolved, config_warnings) = manifest::resolve_config(&manifest.config, &overrides.cloned().unwrap_or_default());
+    let (resolved, config_warnings) =
+        manifest::resolve_config(&manifest.config, &overrides.cloned().unwrap_or_default());
     warnings.extend(config_warnings);
     let dir = cx.home.data_dir(&manifest.name);
     let path = dir.join("config.json");

@@ -41,7 +41,9 @@ fn unknown_plugin_and_hook_say_what_is_valid() {
     let a = p.cmd().args(["--plugins-dir", &plugins, "hook", "u", "ingest"]).assert().failure().code(1);
     assert_eq!(
         stderr(&a),
-        format!("error: no plugin `u`: it is not a directory, and `{plugins}` has no plugin of that name; did you mean `t`?\n")
+        format!(
+            "error: no plugin `u`: it is not a directory, and `{plugins}` has no plugin of that name; did you mean `t`?\n"
+        )
     );
     let a = p.cmd().args(["hook", p.dir.to_str().unwrap(), "asemble"]).assert().failure().code(1);
     assert!(stderr(&a).ends_with("did you mean `assemble`?\n"), "{}", stderr(&a));
@@ -53,7 +55,11 @@ fn unknown_plugin_and_hook_say_what_is_valid() {
 fn bad_requests_are_refused_before_running_anything() {
     let p = TestPlugin::bash("ingest", "touch ran\necho '{}'\n", "");
     let a = p.hook("ingest", "{not json").failure().code(1);
-    assert!(stderr(&a).starts_with("error: the request is not valid JSON: key must be a string at line 1"), "{}", stderr(&a));
+    assert!(
+        stderr(&a).starts_with("error: the request is not valid JSON: key must be a string at line 1"),
+        "{}",
+        stderr(&a)
+    );
     let a = p.hook("ingest", r#"{"type":"compact"}"#).failure().code(1);
     assert_eq!(stderr(&a), "error: the request's `type` is \"compact\" but the hook is `ingest`\n");
     assert!(!p.dir.join("ran").exists());

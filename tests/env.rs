@@ -30,7 +30,8 @@ fn env_of(p: &TestPlugin, host_env: &[(&str, &str)], input: &str) -> (serde_json
 fn a_host_secret_never_reaches_the_hook() {
     require_program("python3", "python3");
     let p = dump_plugin("python", ("hooks/env.py", DUMP_PY), "");
-    let (env, _) = env_of(&p, &[("CTXHOST_TEST_SECRET", "s3cr3t-value"), ("AWS_SECRET_ACCESS_KEY", "s3cr3t-value")], "{}");
+    let (env, _) =
+        env_of(&p, &[("CTXHOST_TEST_SECRET", "s3cr3t-value"), ("AWS_SECRET_ACCESS_KEY", "s3cr3t-value")], "{}");
     assert!(!env.values().any(|v| v.as_str().is_some_and(|s| s.contains("s3cr3t"))), "{env:?}");
     assert!(!env.contains_key("CTXHOST_TEST_SECRET"));
 }
@@ -49,7 +50,14 @@ fn exactly_the_spec_variables_arrive() {
     assert_eq!(env["LIBREFANG_RUNTIME"], "python");
     assert_eq!(env["LIBREFANG_MAX_MEMORY_MB"], "64");
     assert_eq!(env["LIBREFANG_SANDBOX"], "1");
-    for (k, v) in [("no_proxy", "*"), ("NO_PROXY", "*"), ("http_proxy", ""), ("https_proxy", ""), ("HTTP_PROXY", ""), ("HTTPS_PROXY", "")] {
+    for (k, v) in [
+        ("no_proxy", "*"),
+        ("NO_PROXY", "*"),
+        ("http_proxy", ""),
+        ("https_proxy", ""),
+        ("HTTP_PROXY", ""),
+        ("HTTPS_PROXY", ""),
+    ] {
         assert_eq!(env[k], v, "{k}");
     }
     assert_eq!(env["PATH"].as_str(), std::env::var("PATH").ok().as_deref());
@@ -100,7 +108,8 @@ fn env_table_expansion_and_precedence() {
 fn passthrough_variables_are_per_runtime() {
     require_program("python3", "python3");
     require_program("node", "nodejs");
-    let host = [("PYTHONPATH", "/py/lib"), ("PYTHONIOENCODING", "utf-8"), ("NODE_PATH", "/node/lib"), ("GOPATH", "/go")];
+    let host =
+        [("PYTHONPATH", "/py/lib"), ("PYTHONIOENCODING", "utf-8"), ("NODE_PATH", "/node/lib"), ("GOPATH", "/go")];
     let py = dump_plugin("python", ("hooks/env.py", DUMP_PY), "");
     let (env, _) = env_of(&py, &host, "{}");
     assert_eq!((env["PYTHONPATH"].as_str(), env["PYTHONIOENCODING"].as_str()), (Some("/py/lib"), Some("utf-8")));
@@ -129,7 +138,8 @@ fn allowed_env_vars_and_config_overrides_come_from_config_toml() {
     assert_eq!(env["CTXHOST_T_ALLOWED"], "yes");
     assert!(!env.contains_key("CTXHOST_T_OTHER"));
     let config: Value =
-        serde_json::from_str(&std::fs::read_to_string(env["LIBREFANG_PLUGIN_CONFIG"].as_str().unwrap()).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(env["LIBREFANG_PLUGIN_CONFIG"].as_str().unwrap()).unwrap())
+            .unwrap();
     assert_eq!(config, serde_json::json!({"name": "n", "size": 20}));
     assert!(err.contains("config override `bogus` is not declared"), "{err}");
 }

@@ -63,7 +63,8 @@ fn output_over_the_cap_fails_well_under_the_timeout() {
     assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
     assert!(err.contains("error: Hook stdout exceeded the 1024 KiB output cap; the hook was killed"), "{err}");
 
-    let p = TestPlugin::bash("ingest", "head -c 2097152 /dev/zero | tr '\\0' e >&2\nsleep 60\n", "hook_timeout_secs = 30");
+    let p =
+        TestPlugin::bash("ingest", "head -c 2097152 /dev/zero | tr '\\0' e >&2\nsleep 60\n", "hook_timeout_secs = 30");
     let started = Instant::now();
     let err = stderr(&p.hook("ingest", "{}").failure());
     assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());

@@ -237,7 +237,10 @@ fn missing_required_keys_and_wrong_types() {
         )
     );
     let p = plugin("name = \"demo\"\nversion = \"1\"\n[config.size]\ntype = \"integer\"\n");
-    assert!(load_err(&p).contains("key `config.size`: unknown variant `integer`, expected one of `string`, `number`, `boolean`"));
+    assert!(
+        load_err(&p)
+            .contains("key `config.size`: unknown variant `integer`, expected one of `string`, `number`, `boolean`")
+    );
     let p = plugin("name = \"demo\"\nversion = \"1\"\n[hooks]\ningest_regex = \"(\"\n");
     assert!(load_err(&p).contains("key `hooks.ingest_regex`: invalid regex:"));
 }
@@ -246,7 +249,10 @@ fn missing_required_keys_and_wrong_types() {
 fn bad_toml_names_the_line() {
     let p = plugin("name = \"demo\"\nversion = \"1\"\n[hooks]\ningest = hooks/ingest.py\n");
     let err = load_err(&p);
-    assert!(err.starts_with(&format!("invalid plugin manifest `{}`: TOML parse error at line 4", file_of(&p))), "{err}");
+    assert!(
+        err.starts_with(&format!("invalid plugin manifest `{}`: TOML parse error at line 4", file_of(&p))),
+        "{err}"
+    );
 }
 
 #[test]
@@ -254,7 +260,9 @@ fn unknown_runtime_falls_back_to_python_with_a_warning() {
     let p = plugin("name = \"demo\"\nversion = \"1\"\n[hooks]\nruntime = \"cobol\"\ningest = \"hooks/ingest.py\"\n");
     let loaded = Manifest::load(&p.dir).unwrap();
     assert_eq!(loaded.manifest.settings.runtime, Runtime::Python);
-    assert!(loaded.warnings[0].starts_with("key `hooks.runtime`: Unknown plugin runtime 'cobol', falling back to 'python'"));
+    assert!(
+        loaded.warnings[0].starts_with("key `hooks.runtime`: Unknown plugin runtime 'cobol', falling back to 'python'")
+    );
 }
 
 #[test]
@@ -266,16 +274,28 @@ fn env_expansion_warns_about_unset_variables() {
     let loaded = Manifest::load_with_env(&p.dir, &env).unwrap();
     let e = &loaded.manifest.env;
     assert_eq!((e["A"].as_str(), e["B"].as_str(), e["C"].as_str()), ("value", "", "pre ${CTXHOST_T_SET}"));
-    assert!(loaded.warnings.contains(&"key `env.B`: host variable `CTXHOST_T_UNSET` is not set; the hook gets an empty value".to_owned()));
+    assert!(
+        loaded.warnings.contains(
+            &"key `env.B`: host variable `CTXHOST_T_UNSET` is not set; the hook gets an empty value".to_owned()
+        )
+    );
 }
 
 #[test]
 fn integrity_mismatch_and_missing_dependency() {
     let p = plugin("name = \"demo\"\nversion = \"1\"\n[integrity]\n\"hooks/ingest.py\" = \"00\"\n");
     let err = load_err(&p);
-    assert!(err.contains("key `integrity.\"hooks/ingest.py\"`: integrity check failed for 'hooks/ingest.py' (expected 00, got "), "{err}");
+    assert!(
+        err.contains(
+            "key `integrity.\"hooks/ingest.py\"`: integrity check failed for 'hooks/ingest.py' (expected 00, got "
+        ),
+        "{err}"
+    );
     let p = plugin("name = \"demo\"\nversion = \"1\"\nplugin_depends = [\"base\"]\n");
-    assert!(load_err(&p).ends_with("key `plugin_depends`: requires plugin 'base' but it is not installed. Install it first."));
+    assert!(
+        load_err(&p)
+            .ends_with("key `plugin_depends`: requires plugin 'base' but it is not installed. Install it first.")
+    );
 }
 
 #[test]

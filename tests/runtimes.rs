@@ -61,7 +61,11 @@ fn check(name: &str) {
             {"role": "user", "content": "herbs two"}
         ]),
     );
-    assert_eq!(recall(&p, "a3", "herbs"), ["herbs two", "herbs four", "herbs three"], "newest first, unique, at most 3");
+    assert_eq!(
+        recall(&p, "a3", "herbs"),
+        ["herbs two", "herbs four", "herbs three"],
+        "newest first, unique, at most 3"
+    );
 }
 
 #[test]

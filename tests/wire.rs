@@ -9,7 +9,10 @@ fn bash_reply(body: &str) -> serde_json::Value {
 
 #[test]
 fn log_lines_before_the_json() {
-    assert_eq!(bash_reply("echo starting\necho '[x] loaded'\necho '{\"memories\":[]}'\n"), serde_json::json!({"memories": []}));
+    assert_eq!(
+        bash_reply("echo starting\necho '[x] loaded'\necho '{\"memories\":[]}'\n"),
+        serde_json::json!({"memories": []})
+    );
 }
 
 #[test]

@@ -104,8 +104,9 @@ fn plugin_dir(arg: &str, home: &Home) -> Result<PathBuf, HookCliError> {
 /// The request JSON from FILE or stdin; blank input (or a terminal) is `{}`.
 fn read_request(input: Option<&Path>) -> Result<serde_json::Value, HookCliError> {
     let text = match input {
-        Some(path) => std::fs::read_to_string(path)
-            .map_err(|source| HookCliError::Input { path: path.to_owned(), source })?,
+        Some(path) => {
+            std::fs::read_to_string(path).map_err(|source| HookCliError::Input { path: path.to_owned(), source })?
+        }
         None if std::io::stdin().is_terminal() => String::new(),
         None => {
             let mut text = String::new();

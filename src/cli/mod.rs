@@ -17,13 +17,18 @@ use crate::home::{Home, HomeOverrides};
 /// Runs LibreFang-compatible context-engine plugins (python, node, go, ruby,
 /// bash, lua, php, native, …) at the hooks of an agent's turn.
 #[derive(Debug, Parser)]
-#[command(name = "ctxhost", version, propagate_version = true, after_help = "\
+#[command(
+    name = "ctxhost",
+    version,
+    propagate_version = true,
+    after_help = "\
 Examples:
   echo '{\"agent_id\":\"a1\",\"message\":\"hello\"}' | ctxhost hook ./my-plugin ingest
   ctxhost doctor --json
 
 Files (spec section 12): home `~/.ctxhost` (--home, CTXHOST_HOME), plugins `<home>/plugins`
-(--plugins-dir, CTXHOST_PLUGINS_DIR), config `<home>/config.toml` (--config).")]
+(--plugins-dir, CTXHOST_PLUGINS_DIR), config `<home>/config.toml` (--config)."
+)]
 pub struct Cli {
     /// ctxhost's home directory [default: $CTXHOST_HOME or ~/.ctxhost]
     #[arg(long, global = true, value_name = "DIR")]
@@ -51,10 +56,10 @@ enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
-    let home = Home::resolve(
-        HomeOverrides { home: cli.home, plugins_dir: cli.plugins_dir, config: cli.config },
-        &|v| std::env::var(v).ok(),
-    );
+    let home =
+        Home::resolve(HomeOverrides { home: cli.home, plugins_dir: cli.plugins_dir, config: cli.config }, &|v| {
+            std::env::var(v).ok()
+        });
     let result = match cli.command {
         Command::Hook(args) => hook::exec(args, &home),
         Command::Doctor(args) => doctor::exec(args, &home),

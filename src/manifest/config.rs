@@ -50,7 +50,10 @@ pub struct ConfigField {
 /// Defaults, then the operator's overrides for declared keys. Keys without a
 /// default and without an override are left out, as LibreFang does. Returns
 /// the object and a warning for each override that was not used.
-pub fn resolve(schema: &BTreeMap<String, ConfigField>, overrides: &Map<String, Value>) -> (Map<String, Value>, Vec<String>) {
+pub fn resolve(
+    schema: &BTreeMap<String, ConfigField>,
+    overrides: &Map<String, Value>,
+) -> (Map<String, Value>, Vec<String>) {
     let mut resolved = Map::new();
     let mut warnings = Vec::new();
     for (key, field) in schema {

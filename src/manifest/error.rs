@@ -17,7 +17,9 @@ pub enum ManifestErrorKind {
     Invalid(String),
     #[error(transparent)]
     HookPath(#[from] HookPathError),
-    #[error("integrity check failed for '{path}' (expected {expected}, got {actual}). The hook file may have been tampered with.")]
+    #[error(
+        "integrity check failed for '{path}' (expected {expected}, got {actual}). The hook file may have been tampered with."
+    )]
     Integrity { path: String, expected: String, actual: String },
     #[error("requires plugin '{0}' but it is not installed. Install it first.")]
     MissingDependency(String),

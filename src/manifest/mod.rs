@@ -155,8 +155,8 @@ impl Manifest {
         let fail = |key: Option<&str>, kind| ManifestError::new(&file, key, kind);
         let text = std::fs::read_to_string(&file).map_err(|e| fail(None, ManifestErrorKind::Read(e)))?;
         let dir = dir.canonicalize().map_err(|e| fail(None, ManifestErrorKind::Read(e)))?;
-        let table: toml::Table =
-            toml::from_str(&text).map_err(|e| fail(None, ManifestErrorKind::Syntax(e.to_string().trim_end().to_owned())))?;
+        let table: toml::Table = toml::from_str(&text)
+            .map_err(|e| fail(None, ManifestErrorKind::Syntax(e.to_string().trim_end().to_owned())))?;
 
         let mut r = Reader::new(&file, &table)?;
         let declared_name: String = r.required("name")?;

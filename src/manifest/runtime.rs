@@ -149,7 +149,9 @@ mod tests {
         let (rt, warning) = Runtime::from_tag("pyhton");
         assert_eq!(rt, Runtime::Python);
         let warning = warning.unwrap();
-        assert!(warning.starts_with("Unknown plugin runtime 'pyhton', falling back to 'python'; did you mean `python`?"));
+        assert!(
+            warning.starts_with("Unknown plugin runtime 'pyhton', falling back to 'python'; did you mean `python`?")
+        );
         assert!(warning.contains("Valid values: python, native, v, node, deno, go, ruby, bash, bun, php, lua, wasm."));
     }
 }

@@ -74,10 +74,7 @@ impl FromStr for HookName {
     type Err = UnknownHook;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        HookName::ALL
-            .into_iter()
-            .find(|h| h.as_str() == s)
-            .ok_or_else(|| UnknownHook { name: s.to_owned() })
+        HookName::ALL.into_iter().find(|h| h.as_str() == s).ok_or_else(|| UnknownHook { name: s.to_owned() })
     }
 }
 

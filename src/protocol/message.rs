@@ -78,13 +78,7 @@ pub struct Message {
 impl Message {
     /// A message with plain-text content.
     pub fn text(role: Role, text: impl Into<String>) -> Self {
-        Message {
-            role,
-            content: Content::Text(text.into()),
-            pinned: false,
-            timestamp: None,
-            extra: Map::new(),
-        }
+        Message { role, content: Content::Text(text.into()), pinned: false, timestamp: None, extra: Map::new() }
     }
 
     /// The message's text: the string content, or its text blocks joined by `\n`.
@@ -266,10 +260,7 @@ mod tests {
     fn pinned_defaults_to_false_and_is_written() {
         let msg: Message = serde_json::from_str(r#"{"role":"system","content":"s"}"#).unwrap();
         assert!(!msg.pinned);
-        assert_eq!(
-            serde_json::to_string(&msg).unwrap(),
-            r#"{"role":"system","content":"s","pinned":false}"#
-        );
+        assert_eq!(serde_json::to_string(&msg).unwrap(), r#"{"role":"system","content":"s","pinned":false}"#);
     }
 
     #[test]

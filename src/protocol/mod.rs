@@ -13,15 +13,14 @@ mod stdout;
 
 pub use hook::{HookName, UnknownHook};
 pub use message::{
-    Block, Content, ImageBlock, ImageFileBlock, Message, Role, TextBlock, ThinkingBlock, ToolResultBlock,
-    ToolUseBlock,
+    Block, Content, ImageBlock, ImageFileBlock, Message, Role, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock,
 };
 pub use reply::{
     AfterTurnReply, AssembleReply, BootstrapReply, CompactReply, IngestReply, LlmSummaryRequest, Memory, ReplyError,
     TransformReply,
 };
 pub use request::{
-    AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, HookRequest, IngestRequest, Recommendation,
-    OnEventRequest, PluginEvent, RequestError, SubagentRequest, TokenPressure, TransformToolResultRequest,
+    AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, HookRequest, IngestRequest, OnEventRequest,
+    PluginEvent, Recommendation, RequestError, SubagentRequest, TokenPressure, TransformToolResultRequest,
 };
 pub use stdout::{NoOutput, parse_stdout};

@@ -205,15 +205,13 @@ mod tests {
             vec![Memory { content: "a".into(), tags: vec!["x".into()] }, Memory { content: "b".into(), tags: vec![] }]
         );
         assert!(IngestReply::from_value(&json!({})).unwrap().memories.is_empty());
-        assert_eq!(
-            IngestReply::from_value(&json!("x")).unwrap_err(),
-            ReplyError::NotAnObject { found: "a string" }
-        );
+        assert_eq!(IngestReply::from_value(&json!("x")).unwrap_err(), ReplyError::NotAnObject { found: "a string" });
     }
 
     #[test]
     fn bootstrap_env_overrides() {
-        let reply = BootstrapReply::from_value(&json!({"env_overrides": {"A": "1", "B": 2, "C": true, "D": [1]}})).unwrap();
+        let reply =
+            BootstrapReply::from_value(&json!({"env_overrides": {"A": "1", "B": 2, "C": true, "D": [1]}})).unwrap();
         let pairs: Vec<_> = reply.env_overrides.iter().map(|(k, v)| format!("{k}={v}")).collect();
         assert_eq!(pairs, ["A=1", "B=2", "C=true"]);
         assert!(BootstrapReply::from_value(&json!({"env_overrides": "x"})).is_err());
@@ -222,8 +220,11 @@ mod tests {
 
     #[test]
     fn compact_messages_or_directive() {
-        let reply = CompactReply::from_value(&json!({"messages": [{"role":"user","content":"x"}], "summary": "s"})).unwrap();
-        assert!(matches!(reply, CompactReply::Messages { ref messages, summary: Some(ref s) } if messages.len() == 1 && s == "s"));
+        let reply =
+            CompactReply::from_value(&json!({"messages": [{"role":"user","content":"x"}], "summary": "s"})).unwrap();
+        assert!(
+            matches!(reply, CompactReply::Messages { ref messages, summary: Some(ref s) } if messages.len() == 1 && s == "s")
+        );
         let reply = CompactReply::from_value(&json!({"request_llm_summary": {"summarize": [{"role":"user","content":"x"}], "keep": [], "max_tokens": 50}})).unwrap();
         let CompactReply::RequestLlmSummary(d) = reply else { panic!("directive expected") };
         assert_eq!((d.summarize.len(), d.max_tokens, d.prompt), (1, Some(50), None));

@@ -28,5 +28,9 @@ pub struct CallOptions {
 /// Executes hook calls for one plugin.
 pub trait Runner: Send + Sync {
     /// Runs `request` (its `hook()` says which script) and returns the reply.
-    fn call<'a>(&'a self, request: &'a HookRequest, options: &'a CallOptions) -> BoxFuture<'a, Result<Value, HookError>>;
+    fn call<'a>(
+        &'a self,
+        request: &'a HookRequest,
+        options: &'a CallOptions,
+    ) -> BoxFuture<'a, Result<Value, HookError>>;
 }

@@ -4,14 +4,11 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use serde_json::Value;
 use tempfile::TempDir;
 
-pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+pub mod examples;
 
 /// A plugin written into a fresh temporary plugins dir.
 pub struct TestPlugin {
@@ -91,51 +88,9 @@ pub fn require_program(program: &str, package: &str) {
 pub fn example(name: &str) -> TestPlugin {
     let root = tempfile::tempdir().expect("temp dir");
     let dir = root.path().join("plugins").join(name);
-    copy_dir(&repo_root().join("guest-examples").join(name), &dir);
-    if name == "native-memory" {
-        let bin = native_example_binary();
-        let dest = dir.join("bin").join("native-memory");
-        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
-        std::fs::copy(bin, &dest).unwrap();
-    }
+    examples::copy_example(name, &dir);
     let home = root.path().join("home");
     TestPlugin { root, dir, home }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap_or_else(|e| panic!("{}: {e}", from.display())) {
-        let entry = entry.unwrap();
-        let name = entry.file_name();
-        if name == "target" || name == "bin" || name == "memory.jsonl" {
-            continue;
-        }
-        let src = entry.path();
-        if src.is_dir() {
-            copy_dir(&src, &to.join(&name));
-        } else {
-            std::fs::copy(&src, to.join(&name)).unwrap();
-        }
-    }
-}
-
-/// Builds `guest-examples/native-memory` once per test run.
-pub fn native_example_binary() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let target = repo_root().join("target").join("guest-native");
-        let manifest = repo_root().join("guest-examples/native-memory/Cargo.toml");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = std::process::Command::new(cargo)
-            .args(["build", "--release", "--quiet", "--manifest-path"])
-            .arg(&manifest)
-            .arg("--target-dir")
-            .arg(&target)
-            .status()
-            .expect("run cargo for the native example");
-        assert!(status.success(), "building the native example failed");
-        target.join("release").join("native-memory")
-    })
 }
 
 /// True when `pid` no longer runs (gone, or a zombie nobody reaped yet).

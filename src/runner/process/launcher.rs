@@ -46,7 +46,9 @@ pub fn info(runtime: &Runtime) -> RuntimeInfo {
             Some(&["-c", "import sys; print(sys.executable)"]),
             "Install Python 3 from https://www.python.org/downloads/ or your OS package manager",
         ),
-        Runtime::Native => r(&[], &[], &[], None, "Native runtimes have no launcher — make sure the script is executable"),
+        Runtime::Native => {
+            r(&[], &[], &[], None, "Native runtimes have no launcher — make sure the script is executable")
+        }
         Runtime::V => r(
             &["v"],
             &["-no-retry-compilation", "run"],

@@ -47,10 +47,7 @@ pub fn resolve_launcher(
             return if launcher::is_executable(program) {
                 Launcher::Program { program: program.clone(), args: Vec::new() }
             } else {
-                Launcher::Missing {
-                    launcher: program.display().to_string(),
-                    reason: "not an executable file".into(),
-                }
+                Launcher::Missing { launcher: program.display().to_string(), reason: "not an executable file".into() }
             };
         }
         _ => {}
@@ -136,10 +133,8 @@ impl ProcessRunner {
         // an escaping symlink since load.
         let path = check_hook_path(&manifest.dir, &script.raw)?;
         let command = self.plugin.launcher.command_for(&path).map_err(HookError::Launch)?;
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!("ctxhost-{}-", manifest.name))
-            .tempdir()
-            .map_err(HookError::Io)?;
+        let tmp =
+            tempfile::Builder::new().prefix(&format!("ctxhost-{}-", manifest.name)).tempdir().map_err(HookError::Io)?;
         let env = {
             let overrides = self.overrides.read().map(|o| o.clone()).unwrap_or_default();
             self.plugin.env.for_call(request, &overrides, tmp.path())
@@ -174,7 +169,11 @@ fn not_declared(manifest: &Manifest, hook: HookName) -> HookError {
 }
 
 impl Runner for ProcessRunner {
-    fn call<'a>(&'a self, request: &'a HookRequest, options: &'a CallOptions) -> BoxFuture<'a, Result<Value, HookError>> {
+    fn call<'a>(
+        &'a self,
+        request: &'a HookRequest,
+        options: &'a CallOptions,
+    ) -> BoxFuture<'a, Result<Value, HookError>> {
         Box::pin(self.call_inner(request, options))
     }
 }

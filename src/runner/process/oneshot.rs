@@ -97,10 +97,10 @@ pub async fn run(call: OneShot<'_>) -> Result<Finished, HookError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let mut child =
-        cmd.spawn().map_err(|source| HookError::Spawn { program: call.command.program.clone(), source })?;
+    let mut child = cmd.spawn().map_err(|source| HookError::Spawn { program: call.command.program.clone(), source })?;
     let group = GroupKill(child.id().map_or(0, |id| id as libc::pid_t));
-    let (Some(stdin), Some(mut stdout), Some(mut stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    let (Some(stdin), Some(mut stdout), Some(mut stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
         return Err(HookError::Io(std::io::Error::other("hook pipes were not set up")));
     };

@@ -1,0 +1,62 @@
+//! The guest examples, for tests and benches (benches include this file by
+//! path): copied out of the repo so their state files stay in a temp dir, and
+//! the native one built once per run.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Copies `guest-examples/<name>` to `dest`; the native example gets its binary.
+pub fn copy_example(name: &str, dest: &Path) {
+    copy_dir(&repo_root().join("guest-examples").join(name), dest);
+    if name == "native-memory" {
+        let bin = dest.join("bin").join("native-memory");
+        std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+        std::fs::copy(native_example_binary(), &bin).unwrap();
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap_or_else(|e| panic!("{}: {e}", from.display())) {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if name == "target" || name == "bin" || name == "memory.jsonl" {
+            continue;
+        }
+        let src = entry.path();
+        if src.is_dir() {
+            copy_dir(&src, &to.join(&name));
+        } else {
+            std::fs::copy(&src, to.join(&name)).unwrap();
+        }
+    }
+}
+
+/// Builds `guest-examples/native-memory` once per test run, into its own
+/// target dir (`target/guest-native`).
+pub fn native_example_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| repo_root().join("target"))
+            .join("guest-native");
+        let manifest = repo_root().join("guest-examples/native-memory/Cargo.toml");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = std::process::Command::new(cargo)
+            .args(["build", "--release", "--quiet", "--manifest-path"])
+            .arg(&manifest)
+            .arg("--target-dir")
+            .arg(&target)
+            .status()
+            .expect("run cargo for the native example");
+        assert!(status.success(), "building the native example `{}` failed", manifest.display());
+        target.join("release").join("native-memory")
+    })
+}
