@@ -5,12 +5,14 @@
 //! - `wire`: stdout reading rules, exit labels and stdin handling through real processes.
 //! - `limits`: timeouts, output caps, process-group cleanup.
 //! - `env`: what a hook's environment holds, and what it must not.
+//! - `launchers`: launcher lookup, shims, custom and native launchers.
 //! - `cli`: `ctxhost hook` and `ctxhost doctor` as a user runs them.
 
 mod util;
 
 mod cli;
 mod env;
+mod launchers;
 mod limits;
 mod manifest;
 mod runtimes;

@@ -215,7 +215,8 @@ impl Manifest {
         if let Runtime::Custom(launcher) = &settings.runtime
             && launcher.is_relative()
         {
-            settings.runtime = Runtime::Custom(dir.join(launcher));
+            let relative: PathBuf = launcher.components().filter(|c| *c != Component::CurDir).collect();
+            settings.runtime = Runtime::Custom(dir.join(relative));
         }
         let hooks_known: Vec<&str> =
             HookName::ALL.iter().map(|h| h.as_str()).chain(SETTING_KEYS.iter().copied()).collect();
