@@ -5,7 +5,7 @@
 #   ingest      recalls up to 3 notes of the same agent that share a word with the message
 # The host runs it as `bash hooks/memory.sh` with cwd = the plugin dir (no executable bit
 # needed), writes one JSON request line on stdin and reads one JSON reply line from stdout.
-# stderr is for logs. Needs bash >= 4.4 and grep (to split JSON into tokens).
+# stderr is for logs. Needs bash >= 4.4, grep (to split JSON into tokens) and dd.
 #
 # Try it by hand from the plugin dir:
 #   bash hooks/memory.sh < ../requests/after_turn.json
@@ -18,8 +18,6 @@
 #   - "\u0000" is stored as U+FFFD (a bash string cannot hold a NUL byte);
 #   - UTF-8 is passed through unchecked, except that 0xFE and 0xFF bytes (never valid in
 #     UTF-8) are rejected in strings: the decoder uses them internally;
-#   - an after_turn that stores more than ~4 KiB may reach the file in several writes, so
-#     two such calls running at the same moment could interleave their lines;
 #   - it is slower than the other runtimes (tens of ms per call, more for long inputs).
 
 set -u
@@ -129,8 +127,7 @@ _json_string() {
     s=${s//"${bs}t"/$'\t'}
     if [[ $s == *"${bs}u"* ]]; then
       # parts[0] is plain text; every later part starts with the 4 hex digits of an escape.
-      mapfile -t -d "$fe" parts <<<"${s//"${bs}u"/"$fe"}"
-      parts[-1]=${parts[-1]%$'\n'} # the newline added by <<<
+      mapfile -t -d "$fe" parts < <(printf '%s' "${s//"${bs}u"/"$fe"}")
       s=${parts[0]}
       for ((i = 1; i < ${#parts[@]}; i++)); do
         part=${parts[i]}
@@ -305,7 +302,11 @@ after_turn() {
     ((++stored))
   done
   if ((stored > 0)); then
-    printf '%s' "$lines" >>"$MEMORY_FILE" || fail "cannot write $MEMORY_FILE"
+    # One O_APPEND write(2) for all the lines, so concurrent hooks do not interleave them
+    # (bash itself writes in 4 KiB pieces; dd collects the whole block first).
+    printf '%s' "$lines" |
+      dd of="$MEMORY_FILE" oflag=append conv=notrunc iflag=fullblock bs="${#lines}" count=1 status=none ||
+      fail "cannot write $MEMORY_FILE"
   fi
   log "after_turn: stored $stored note(s) for agent $agent_id"
   printf '%s\n' '{"type":"ok"}'
@@ -352,7 +353,7 @@ main() {
   local line="" agent_id
   IFS= read -r line || [[ -n $line ]] || fail "empty request on stdin"
   [[ -n ${line//[$' \t\r\n']/} ]] || fail "empty request on stdin"
-  json_tokenize <<<"$line"
+  json_tokenize < <(printf '%s\n' "$line")
   json_parse_line 1 || fail "request is not valid JSON: $JSON_ERR"
   [[ ${JT['$']} == object ]] || fail "request is not a JSON object"
   json_str '$.agent_id'

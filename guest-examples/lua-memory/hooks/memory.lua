@@ -74,11 +74,14 @@ local function after_turn(req, agent_id)
     if not f then
       fail(err)
     end
-    -- A buffer larger than the data makes this one O_APPEND write, so concurrent hooks
-    -- do not interleave lines.
-    f:setvbuf("full", #data + 1)
-    f:write(data)
+    -- Unbuffered, one f:write is one O_APPEND write(2), so concurrent hooks do not
+    -- interleave lines (a buffered stream would flush in 4 KiB pieces).
+    f:setvbuf("no")
+    local ok, werr = f:write(data)
     f:close()
+    if not ok then
+      fail(werr)
+    end
   end
   log(string.format("after_turn: stored %d note(s) for agent %s", #lines, agent_id))
   reply('{"type":"ok"}')

@@ -123,6 +123,10 @@ def main():
         fail("request is not valid JSON: %s" % e)
     if not isinstance(req, dict):
         fail("request is not a JSON object")
+    try:  # json.loads accepts "\ud800" alone, which cannot be written out as UTF-8
+        json.dumps(req, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        fail("request contains an unpaired UTF-16 surrogate")
     agent_id = req.get("agent_id")
     agent_id = agent_id if isinstance(agent_id, str) else ""
     kind = req.get("type")
