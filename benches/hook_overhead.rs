@@ -9,8 +9,11 @@
 //!   included) against running the script with the real interpreter directly.
 //!   Goal: within 1.15x.
 //!
-//! After the groups, the figures and ratios are printed from criterion's
-//! estimates, so one run shows both goals.
+//! A 0.5 ms difference on a 40 ms python start is below this machine's
+//! run-to-run drift between two criterion groups, so the goals are judged on
+//! a *paired* measurement printed after the groups: the two sides alternate
+//! call by call, and the median of the per-pair differences (and of the
+//! ratios) is reported.
 
 #[path = "../tests/util/examples.rs"]
 mod examples;
@@ -18,7 +21,7 @@ mod examples;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
 use ctxhost::config::HostConfig;
@@ -55,10 +58,13 @@ fn runner(f: &Fixture, dir: &Path) -> ProcessRunner {
     load_script_plugin(dir, &cx).unwrap().0
 }
 
-/// The yardstick: spawn, write the request, read everything, parse the reply.
+/// The yardstick: spawn with a minimal environment (as a hook gets), write the
+/// request, read everything, parse the reply.
 fn bare(program: &Path, args: &[&Path], cwd: &Path) {
     let mut child = Command::new(program)
         .args(args)
+        .env_clear()
+        .envs(["PATH", "HOME"].iter().filter_map(|k| std::env::var_os(k).map(|v| (k, v))))
         .current_dir(cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -109,36 +115,80 @@ fn per_call(c: &mut Criterion) {
     g.finish();
 }
 
-/// Mean time of one benchmark in ms, from criterion's estimates file.
-fn mean_ms(group: &str, id: &str) -> Option<f64> {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| "target".into());
-    let base = std::env::var_os("CRITERION_HOME").map(PathBuf::from).unwrap_or_else(|| target.join("criterion"));
-    let file = base.join(group.replace('/', "_")).join(id).join("new/estimates.json");
-    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(file).ok()?).ok()?;
-    json["mean"]["point_estimate"].as_f64().map(|ns| ns / 1e6)
+/// Alternates `a` and `b` `pairs` times (after a warm-up) and returns the
+/// medians of a, of b, of b - a and of b / a, in ms.
+fn paired(pairs: usize, mut a: impl FnMut(), mut b: impl FnMut()) -> (f64, f64, f64, f64) {
+    let time = |f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        f();
+        t.elapsed().as_secs_f64() * 1e3
+    };
+    for _ in 0..3 {
+        a();
+        b();
+    }
+    let (mut ta, mut tb, mut diff, mut ratio) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for i in 0..pairs {
+        // Alternate which side goes first, so neither always runs on a warmer cache.
+        let (x, y) = if i % 2 == 0 {
+            let x = time(&mut a);
+            (x, time(&mut b))
+        } else {
+            let y = time(&mut b);
+            (time(&mut a), y)
+        };
+        ta.push(x);
+        tb.push(y);
+        diff.push(y - x);
+        ratio.push(y / x);
+    }
+    (median(ta), median(tb), median(diff), median(ratio))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 fn summary() {
-    println!("\nSummary (means):");
-    for runtime in ["native", "python"] {
-        let group = format!("per_call/{runtime}");
-        if let (Some(bare), Some(ours)) = (mean_ms(&group, "bare_spawn"), mean_ms(&group, "ctxhost")) {
-            let added = ours - bare;
-            let verdict = if added < 0.5 { "meets" } else { "MISSES" };
-            println!(
-                "  {runtime:<6} per call: bare {bare:.3} ms, ctxhost {ours:.3} ms, added {added:.3} ms ({verdict} < 0.5 ms)"
-            );
-        }
-    }
-    if let (Some(direct), Some(ours)) =
-        (mean_ms("whole_run/python", "interpreter_direct"), mean_ms("whole_run/python", "ctxhost_hook"))
-    {
-        let ratio = ours / direct;
-        let verdict = if ratio <= 1.15 { "meets" } else { "MISSES" };
-        println!(
-            "  python whole run: direct {direct:.2} ms, ctxhost hook {ours:.2} ms, ratio {ratio:.3}x ({verdict} <= 1.15x)"
-        );
-    }
+    let f = fixture();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let request = HookRequest::from_json(HookName::Ingest, serde_json::from_str(REQUEST).unwrap()).unwrap();
+    let options = CallOptions::default();
+    println!("\nPaired measurement (medians; the two sides alternate call by call):");
+    let native_bin = f.native_dir.join("bin/native-memory");
+    let r = runner(&f, &f.native_dir);
+    let (bare_ms, ours, added, _) = paired(
+        600,
+        || bare(&native_bin, &[], &f.native_dir),
+        || {
+            rt.block_on(r.call(&request, &options)).unwrap();
+        },
+    );
+    let verdict = if added < 0.5 { "meets" } else { "MISSES" };
+    println!("  native per call: bare {bare_ms:.3} ms, ctxhost {ours:.3} ms, added {added:.3} ms ({verdict} < 0.5 ms)");
+
+    let script = f.python_dir.join("hooks/memory.py");
+    let r = runner(&f, &f.python_dir);
+    let (bare_ms, ours, added, _) = paired(
+        400,
+        || bare(&f.python, &[&script], &f.python_dir),
+        || {
+            rt.block_on(r.call(&request, &options)).unwrap();
+        },
+    );
+    let verdict = if added < 0.5 { "meets" } else { "MISSES" };
+    println!("  python per call: bare {bare_ms:.3} ms, ctxhost {ours:.3} ms, added {added:.3} ms ({verdict} < 0.5 ms)");
+
+    let ctxhost = Path::new(env!("CARGO_BIN_EXE_ctxhost"));
+    let home = f.home.root().to_owned();
+    let args: [&Path; 5] = [Path::new("--home"), &home, Path::new("hook"), &f.python_dir, Path::new("ingest")];
+    let (direct, ours, _, ratio) =
+        paired(200, || bare(&f.python, &[&script], &f.python_dir), || bare(ctxhost, &args, &f.python_dir));
+    let verdict = if ratio <= 1.15 { "meets" } else { "MISSES" };
+    println!(
+        "  python whole run: interpreter direct {direct:.2} ms, ctxhost hook {ours:.2} ms, ratio {ratio:.3}x ({verdict} <= 1.15x)"
+    );
 }
 
 criterion_group!(benches, per_call);
