@@ -14,6 +14,16 @@ fn pids(p: &TestPlugin, names: &[&str]) -> Vec<i32> {
         .collect()
 }
 
+/// SIGKILL is delivered at once, but the kernel may take a moment to tear a
+/// process down: true when `pid` is gone within 2 s.
+fn dies_soon(pid: i32) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !is_dead(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    is_dead(pid)
+}
+
 #[test]
 fn timeout_kills_the_hook_and_its_grandchildren() {
     let p = TestPlugin::bash(
@@ -27,12 +37,7 @@ fn timeout_kills_the_hook_and_its_grandchildren() {
     assert!(stderr(&a).contains("error: Hook timed out after 1s"), "{}", stderr(&a));
     assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
     for pid in pids(&p, &["hook.pid", "child.pid", "grandchild.pid"]) {
-        // SIGKILL delivery is immediate, but give the kernel a moment to tear down.
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while !is_dead(pid) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(is_dead(pid), "process {pid} survived the timeout");
+        assert!(dies_soon(pid), "process {pid} survived the timeout");
     }
 }
 
@@ -79,11 +84,7 @@ fn a_background_grandchild_holding_stdout_does_not_delay_the_reply() {
     assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
     assert_eq!(reply(&a), serde_json::json!({"ok": 1}));
     let bg = pids(&p, &["bg.pid"])[0];
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while !is_dead(bg) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(is_dead(bg), "the leftover background process {bg} was not cleaned up");
+    assert!(dies_soon(bg), "the leftover background process {bg} was not cleaned up");
 }
 
 #[test]
@@ -93,4 +94,19 @@ fn the_per_call_tmpdir_is_removed_afterwards() {
     let tmp = std::path::PathBuf::from(r["tmp"].as_str().unwrap());
     assert!(tmp.file_name().unwrap().to_string_lossy().starts_with("ctxhost-t-"));
     assert!(!tmp.exists(), "{} still exists", tmp.display());
+}
+
+#[test]
+fn a_leftover_flooding_stdout_cannot_hang_the_call() {
+    // `setsid` takes the writer out of the hook's process group, so only the
+    // output cap and the bounded drain can stop it from holding the call.
+    let p = TestPlugin::bash("ingest", "setsid yes flood &\necho '{\"ok\":1}'\n", "hook_timeout_secs = 20");
+    let started = Instant::now();
+    let a = p.hook("ingest", "{}");
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    let out = a.get_output();
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("exceeded the 1024 KiB output cap"), "{err}");
+    }
 }

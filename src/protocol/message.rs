@@ -15,6 +15,8 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
+use super::Tagged;
+
 /// Who said a message. Unknown roles are kept verbatim.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Role {
@@ -186,15 +188,6 @@ impl Block {
             Block::Unknown(map) => map.get("type").and_then(Value::as_str).unwrap_or(""),
         }
     }
-}
-
-/// Serialises `inner` with a leading `"type": tag` key.
-#[derive(Serialize)]
-struct Tagged<'a, T> {
-    #[serde(rename = "type")]
-    tag: &'static str,
-    #[serde(flatten)]
-    inner: &'a T,
 }
 
 impl Serialize for Block {

@@ -24,3 +24,13 @@ pub use request::{
     PluginEvent, Recommendation, RequestError, SubagentRequest, TokenPressure, TransformToolResultRequest,
 };
 pub use stdout::{NoOutput, parse_stdout};
+
+/// Serialises `inner` with a leading `"type": tag` key: the wire puts the tag
+/// first for blocks and requests alike.
+#[derive(serde::Serialize)]
+struct Tagged<'a, T> {
+    #[serde(rename = "type")]
+    tag: &'static str,
+    #[serde(flatten)]
+    inner: &'a T,
+}

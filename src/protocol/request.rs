@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::Tagged;
 use super::hook::HookName;
 use super::message::Message;
 
@@ -227,15 +228,6 @@ pub enum HookRequest {
     PrepareSubagent(SubagentRequest),
     MergeSubagent(SubagentRequest),
     OnEvent(OnEventRequest),
-}
-
-/// Serialises `inner` with a leading `"type": tag` key.
-#[derive(Serialize)]
-struct Tagged<'a, T> {
-    #[serde(rename = "type")]
-    tag: &'static str,
-    #[serde(flatten)]
-    inner: &'a T,
 }
 
 impl Serialize for HookRequest {

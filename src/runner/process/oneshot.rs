@@ -70,6 +70,10 @@ struct GroupKill(libc::pid_t);
 
 impl GroupKill {
     fn kill(&self) {
+        // Never signal group 0 or below: `kill(0, …)` would hit ctxhost's own group.
+        if self.0 <= 1 {
+            return;
+        }
         // SAFETY: kill(2) with a negative pid signals the process group; the
         // group id is the hook's pid (process_group(0)). ESRCH is fine.
         unsafe {
@@ -98,7 +102,8 @@ pub async fn run(call: OneShot<'_>) -> Result<Finished, HookError> {
         .stderr(Stdio::piped())
         .kill_on_drop(true);
     let mut child = cmd.spawn().map_err(|source| HookError::Spawn { program: call.command.program.clone(), source })?;
-    let group = GroupKill(child.id().map_or(0, |id| id as libc::pid_t));
+    let pid = child.id().and_then(|id| libc::pid_t::try_from(id).ok()).unwrap_or(0);
+    let group = GroupKill(pid);
     let (Some(stdin), Some(mut stdout), Some(mut stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -149,19 +154,28 @@ pub async fn run(call: OneShot<'_>) -> Result<Finished, HookError> {
         }
     };
 
-    // The hook has exited: everything it wrote is already in the pipes. Take
-    // it without blocking; whatever still holds a pipe open is a leftover.
+    // The hook has exited: everything it wrote is already in the pipes. What
+    // is left of its group are leftovers; kill them, then take what the pipes
+    // hold without blocking (and never more than the cap, in case something
+    // outside the group keeps writing).
+    group.kill();
+    let cap = call.output_cap;
     if out_open {
-        drain(stdout.as_raw_fd(), |chunk| out.extend_from_slice(chunk));
+        drain(stdout.as_raw_fd(), |chunk| {
+            out.extend_from_slice(chunk);
+            out.len() <= cap
+        });
     }
     if err_open {
-        drain(stderr.as_raw_fd(), |chunk| err.feed(chunk));
+        drain(stderr.as_raw_fd(), |chunk| {
+            err.feed(chunk);
+            err.total <= cap
+        });
     }
-    group.kill();
-    if out.len() > call.output_cap {
+    if out.len() > cap {
         return Err(over_cap("stdout"));
     }
-    if err.total > call.output_cap {
+    if err.total > cap {
         return Err(over_cap("stderr"));
     }
     Ok(Finished { status, stdout: out, stderr_tail: err.finish() })
@@ -178,8 +192,9 @@ async fn feed(mut stdin: tokio::process::ChildStdin, bytes: &[u8]) {
     drop(stdin);
 }
 
-/// Reads what is available on a pipe right now, without waiting.
-fn drain(fd: RawFd, mut sink: impl FnMut(&[u8])) {
+/// Reads what is available on a pipe right now, without waiting, until the
+/// pipe is empty or closed, or `sink` says stop.
+fn drain(fd: RawFd, mut sink: impl FnMut(&[u8]) -> bool) {
     let mut buf = [0u8; 16 * 1024];
     // SAFETY: `fd` is an open pipe owned by the caller for the whole call;
     // fcntl/read on it have no memory-safety preconditions beyond a valid buffer.
@@ -191,7 +206,9 @@ fn drain(fd: RawFd, mut sink: impl FnMut(&[u8])) {
         loop {
             let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
             if n > 0 {
-                sink(&buf[..n as usize]);
+                if !sink(&buf[..n as usize]) {
+                    break;
+                }
             } else if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;
             } else {
