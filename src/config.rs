@@ -70,12 +70,17 @@ mod tests {
         assert!(w.is_empty());
 
         let file = dir.path().join("config.toml");
-        std::fs::write(&file, "allowed_env_vars = [\"LANG\"]\nalowed = 1\n[plugin_config.p]\nsize = 3\n").unwrap();
+        std::fs::write(&file, "allowed_env_vars = [\"LANG\"]\nallowed_env_var = 1\n[plugin_config.p]\nsize = 3\n")
+            .unwrap();
         let (c, w) = HostConfig::load(&file).unwrap();
         assert_eq!(c.allowed_env_vars, ["LANG"]);
         assert_eq!(c.plugin_config["p"]["size"], 3);
         assert_eq!(w.len(), 1);
-        assert!(w[0].ends_with("unknown key `alowed` is ignored; did you mean `allowed_env_vars`?"), "{}", w[0]);
+        assert!(
+            w[0].ends_with("unknown key `allowed_env_var` is ignored; did you mean `allowed_env_vars`?"),
+            "{}",
+            w[0]
+        );
 
         std::fs::write(&file, "allowed_env_vars = [\n").unwrap();
         let err = HostConfig::load(&file).unwrap_err().to_string();
