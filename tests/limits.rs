@@ -110,3 +110,34 @@ fn a_leftover_flooding_stdout_cannot_hang_the_call() {
         assert!(err.contains("exceeded the 1024 KiB output cap"), "{err}");
     }
 }
+
+#[test]
+fn sigterm_to_ctxhost_kills_the_running_hook() {
+    let p = TestPlugin::bash(
+        "ingest",
+        "sleep 300 &\necho $! > bg.pid\necho $$ > hook.pid\nwait\n",
+        "hook_timeout_secs = 60",
+    );
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("ctxhost"))
+        .arg("--home")
+        .arg(&p.home)
+        .args(["hook", p.dir.to_str().unwrap(), "ingest"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !p.dir.join("hook.pid").exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    // SAFETY: signalling a child process we spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("error: interrupted by SIGTERM; the hook and everything it started were killed"), "{err}");
+    for pid in pids(&p, &["hook.pid", "bg.pid"]) {
+        assert!(dies_soon(pid), "process {pid} outlived ctxhost");
+    }
+}

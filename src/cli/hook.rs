@@ -48,6 +48,22 @@ enum HookCliError {
     Input { path: PathBuf, source: std::io::Error },
     #[error("the request is not valid JSON: {0}")]
     Json(serde_json::Error),
+    #[error(transparent)]
+    Hook(#[from] crate::runner::HookError),
+    #[error("interrupted by {0}; the hook and everything it started were killed")]
+    Interrupted(&'static str),
+}
+
+/// Resolves on the first SIGINT or SIGTERM, naming it.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    }
 }
 
 pub fn exec(args: HookArgs, home: &Home) -> CliResult {
@@ -67,7 +83,14 @@ pub fn exec(args: HookArgs, home: &Home) -> CliResult {
 
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let options = CallOptions { timeout_secs: args.timeout_secs };
-    let reply = runtime.block_on(runner.call(&request, &options))?;
+    // The hook runs in its own process group, so a terminal's Ctrl-C does not
+    // reach it: on SIGINT/SIGTERM drop the call, whose guard kills the group.
+    let reply = runtime.block_on(async {
+        tokio::select! {
+            reply = runner.call(&request, &options) => reply.map_err(Into::into),
+            signal = interrupted() => Err(HookCliError::Interrupted(signal)),
+        }
+    })?;
 
     let mut line = serde_json::to_vec(&reply)?;
     line.push(b'\n');
