@@ -118,7 +118,7 @@ fn sigterm_to_ctxhost_kills_the_running_hook() {
         "sleep 300 &\necho $! > bg.pid\necho $$ > hook.pid\nwait\n",
         "hook_timeout_secs = 60",
     );
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("ctxhost"))
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("ctxhost"))
         .arg("--home")
         .arg(&p.home)
         .args(["hook", p.dir.to_str().unwrap(), "ingest"])
