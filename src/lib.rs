@@ -47,6 +47,7 @@ pub mod protocol;
 pub mod cli;
 pub mod config;
 pub mod doctor;
+pub mod engine;
 mod hint;
 pub mod home;
 pub mod plugin;

@@ -1,0 +1,193 @@
+//! The built-in `assemble`: fit a history into the context window.
+//!
+//! Rules: the system prompt always counts against the window; pinned
+//! messages and the newest user message are always kept; otherwise the
+//! newest messages are kept and the oldest dropped; a `tool_use` and the
+//! `tool_result`s answering it are kept or dropped together.
+
+use std::collections::HashMap;
+
+use super::tokenizer::TokenCounter;
+use crate::protocol::{Block, Content, Message, Role};
+
+/// Groups of message indices that must be kept or dropped together: a
+/// message with `tool_use` blocks, the messages holding their results, and
+/// everything in between. Returned as sorted, disjoint, inclusive ranges
+/// covering every index.
+pub fn units(messages: &[Message]) -> Vec<(usize, usize)> {
+    let mut use_at: HashMap<&str, usize> = HashMap::new();
+    for (i, m) in messages.iter().enumerate() {
+        for b in blocks(m) {
+            if let Block::ToolUse(u) = b {
+                use_at.insert(u.id.as_str(), i);
+            }
+        }
+    }
+    // end[i] = the furthest index i must stay with.
+    let mut end: Vec<usize> = (0..messages.len()).collect();
+    for (j, m) in messages.iter().enumerate() {
+        for b in blocks(m) {
+            if let Block::ToolResult(r) = b
+                && let Some(&i) = use_at.get(r.tool_use_id.as_str())
+                && i < j
+            {
+                end[i] = end[i].max(j);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < messages.len() {
+        let mut stop = end[start];
+        let mut k = start;
+        while k <= stop {
+            stop = stop.max(end[k]);
+            k += 1;
+        }
+        out.push((start, stop));
+        start = stop + 1;
+    }
+    out
+}
+
+fn blocks(m: &Message) -> &[Block] {
+    match &m.content {
+        Content::Blocks(b) => b,
+        Content::Text(_) => &[],
+    }
+}
+
+/// Keeps what fits in `window` tokens (after `system_prompt`), per the rules above.
+pub fn fit(system_prompt: &str, messages: &[Message], window: usize, counter: &TokenCounter) -> Vec<Message> {
+    let units = units(messages);
+    let newest_user = messages.iter().rposition(|m| m.role == Role::User);
+    let cost = |&(a, b): &(usize, usize)| -> usize { messages[a..=b].iter().map(|m| counter.message(m)).sum() };
+    let must_keep = |&(a, b): &(usize, usize)| {
+        messages[a..=b].iter().any(|m| m.pinned) || newest_user.is_some_and(|n| (a..=b).contains(&n))
+    };
+    let mut keep = vec![false; units.len()];
+    let mut used = counter.text(system_prompt);
+    for (k, unit) in units.iter().enumerate() {
+        if must_keep(unit) {
+            keep[k] = true;
+            used += cost(unit);
+        }
+    }
+    // Newest first; the first unit that does not fit ends the history.
+    for (k, unit) in units.iter().enumerate().rev() {
+        if keep[k] {
+            continue;
+        }
+        let c = cost(unit);
+        if used + c > window {
+            break;
+        }
+        used += c;
+        keep[k] = true;
+    }
+    units.iter().zip(keep).filter(|(_, k)| *k).flat_map(|(&(a, b), _)| messages[a..=b].iter().cloned()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::default::tokenizer::{MESSAGE_OVERHEAD, Tokenizer};
+    use serde_json::json;
+
+    /// One token per whitespace-separated word.
+    struct Words;
+    impl Tokenizer for Words {
+        fn count(&self, text: &str) -> usize {
+            text.split_whitespace().count()
+        }
+    }
+
+    fn counter() -> TokenCounter {
+        TokenCounter::new(Box::new(Words), 1000)
+    }
+
+    fn msg(role: &str, words: usize, tag: &str) -> Message {
+        Message::text(Role::from(role), format!("{tag} {}", "w ".repeat(words.saturating_sub(1))).trim_end().to_owned())
+    }
+
+    fn tags(ms: &[Message]) -> Vec<String> {
+        ms.iter().map(|m| m.text_content().split_whitespace().next().unwrap_or("").to_owned()).collect()
+    }
+
+    fn m(v: serde_json::Value) -> Message {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn drops_oldest_first() {
+        let each = 10 + MESSAGE_OVERHEAD;
+        let history = vec![
+            msg("user", 10, "u1"),
+            msg("assistant", 10, "a1"),
+            msg("user", 10, "u2"),
+            msg("assistant", 10, "a2"),
+            msg("user", 10, "u3"),
+        ];
+        let out = fit("", &history, 3 * each, &counter());
+        assert_eq!(tags(&out), ["u2", "a2", "u3"]);
+        let out = fit("", &history, 100 * each, &counter());
+        assert_eq!(out.len(), 5);
+    }
+
+    #[test]
+    fn system_prompt_counts_and_newest_user_and_pinned_always_stay() {
+        let mut pinned = msg("user", 10, "pin");
+        pinned.pinned = true;
+        let history = vec![pinned, msg("assistant", 10, "a1"), msg("user", 10, "u2"), msg("assistant", 10, "a2")];
+        // Window far too small: only the mandatory ones remain.
+        let out = fit("s s s s s", &history, 5, &counter());
+        assert_eq!(tags(&out), ["pin", "u2"]);
+    }
+
+    #[test]
+    fn a_gap_ends_the_history() {
+        let each = 10 + MESSAGE_OVERHEAD;
+        let history =
+            vec![msg("user", 1, "u1"), msg("assistant", 40, "big"), msg("user", 10, "u2"), msg("assistant", 10, "a2")];
+        // u1 would fit after `big` is dropped, but keeping it would make a hole.
+        let out = fit("", &history, 2 * each + 5, &counter());
+        assert_eq!(tags(&out), ["u2", "a2"]);
+    }
+
+    #[test]
+    fn tool_use_and_result_stay_together() {
+        let history = vec![
+            msg("user", 10, "u1"),
+            m(
+                json!({"role":"assistant","content":[{"type":"text","text":"call"},{"type":"tool_use","id":"t1","name":"grep","input":{}}]}),
+            ),
+            m(
+                json!({"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"r r r r r r r r r r r r r r r r r r r r","is_error":false}]}),
+            ),
+            msg("assistant", 2, "a2"),
+            msg("user", 2, "u3"),
+        ];
+        assert_eq!(units(&history), [(0, 0), (1, 2), (3, 3), (4, 4)]);
+        let small = 2 * (2 + MESSAGE_OVERHEAD) + 5;
+        let out = fit("", &history, small, &counter());
+        assert_eq!(tags(&out), ["a2", "u3"], "the pair is dropped whole");
+        let out = fit("", &history, small + 35, &counter());
+        assert_eq!(out.len(), 4, "the pair is kept whole");
+    }
+
+    #[test]
+    fn interleaved_tool_pairs_merge_into_one_unit() {
+        let history = vec![
+            m(json!({"role":"assistant","content":[{"type":"tool_use","id":"a","name":"x","input":{}}]})),
+            m(json!({"role":"assistant","content":[{"type":"tool_use","id":"b","name":"x","input":{}}]})),
+            m(
+                json!({"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":"","is_error":false}]}),
+            ),
+            m(
+                json!({"role":"user","content":[{"type":"tool_result","tool_use_id":"b","content":"","is_error":false}]}),
+            ),
+            msg("user", 1, "u"),
+        ];
+        assert_eq!(units(&history), [(0, 3), (4, 4)]);
+    }
+}

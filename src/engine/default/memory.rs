@@ -1,0 +1,283 @@
+//! The built-in memory: an SQLite store (bundled, FTS5) under the ctxhost
+//! home, keyed by agent and peer.
+//!
+//! - WAL journal and `synchronous = NORMAL`: readers never block the writer,
+//!   and a crash mid-write loses at most that transaction, never the file.
+//! - A busy timeout, so several processes (agents) can share one file.
+//! - Recall ranks by BM25 over the words of the query; the query is built
+//!   from quoted words, so no user text is ever parsed as FTS syntax.
+//!
+//! Calls are blocking; async callers run them on a blocking thread.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// A memory to store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewMemory<'a> {
+    pub agent_id: &'a str,
+    /// The peer the memory is about, or `None` for the agent as a whole.
+    pub peer_id: Option<&'a str>,
+    pub content: &'a str,
+    pub tags: &'a [String],
+    /// Who wrote it: `default` or a plugin name.
+    pub source: &'a str,
+}
+
+/// A recalled memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMemory {
+    pub content: String,
+    pub tags: Vec<String>,
+    pub source: String,
+}
+
+/// A memory store failure, naming the database file.
+#[derive(Debug, thiserror::Error)]
+#[error("memory store `{}`: {source}", path.display())]
+pub struct MemoryError {
+    pub path: PathBuf,
+    #[source]
+    pub source: rusqlite::Error,
+}
+
+/// The SQLite memory store.
+pub struct MemoryStore {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS memories (
+    id INTEGER PRIMARY KEY,
+    agent_id TEXT NOT NULL,
+    peer_id TEXT NOT NULL DEFAULT '',
+    content TEXT NOT NULL,
+    tags TEXT NOT NULL DEFAULT '[]',
+    source TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    UNIQUE (agent_id, peer_id, content)
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5(content, content='memories', content_rowid='id');
+CREATE TRIGGER IF NOT EXISTS memories_ai AFTER INSERT ON memories BEGIN
+    INSERT INTO memories_fts(rowid, content) VALUES (new.id, new.content);
+END;
+CREATE TRIGGER IF NOT EXISTS memories_ad AFTER DELETE ON memories BEGIN
+    INSERT INTO memories_fts(memories_fts, rowid, content) VALUES ('delete', old.id, old.content);
+END;
+CREATE TRIGGER IF NOT EXISTS memories_au AFTER UPDATE ON memories BEGIN
+    INSERT INTO memories_fts(memories_fts, rowid, content) VALUES ('delete', old.id, old.content);
+    INSERT INTO memories_fts(rowid, content) VALUES (new.id, new.content);
+END;
+";
+
+/// How long a call waits for another writer before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _) if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
+}
+
+/// Words too common to help a recall.
+const STOPWORDS: &[&str] = &[
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "do", "does", "for", "from", "has", "have", "he", "her",
+    "his", "how", "i", "if", "in", "is", "it", "its", "me", "my", "of", "on", "or", "our", "she", "so", "that", "the",
+    "their", "them", "they", "this", "to", "us", "was", "we", "were", "what", "when", "where", "which", "who", "why",
+    "will", "with", "you", "your",
+];
+
+impl MemoryStore {
+    /// Opens (creating when needed) the store at `path`.
+    ///
+    /// # Errors
+    /// The file cannot be created or opened, or is not a memory store.
+    pub fn open(path: &Path) -> Result<Self, MemoryError> {
+        let fail = |source| MemoryError { path: path.to_owned(), source };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| fail(rusqlite::Error::ToSqlConversionFailure(Box::new(e))))?;
+        }
+        let conn = Connection::open(path).map_err(fail)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
+        // Switching to WAL and creating the schema take locks that SQLite's
+        // busy handler does not always wait for (another process may be doing
+        // the same right now), so these retry on "busy" for a bounded time.
+        let started = std::time::Instant::now();
+        loop {
+            let setup = conn
+                .pragma_update(None, "journal_mode", "WAL")
+                .and_then(|()| conn.pragma_update(None, "synchronous", "NORMAL"))
+                .and_then(|()| conn.execute_batch(SCHEMA));
+            match setup {
+                Ok(()) => break,
+                Err(e) if is_busy(&e) && started.elapsed() < BUSY_TIMEOUT => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(fail(e)),
+            }
+        }
+        Ok(MemoryStore { path: path.to_owned(), conn: Mutex::new(conn) })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>) -> Result<T, MemoryError> {
+        let mut conn = self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        f(&mut conn).map_err(|source| MemoryError { path: self.path.clone(), source })
+    }
+
+    /// Stores memories in one transaction; a memory already stored for the
+    /// same agent and peer is not stored twice. Returns how many were new.
+    pub fn store(&self, memories: &[NewMemory<'_>]) -> Result<usize, MemoryError> {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        self.with(|conn| {
+            // IMMEDIATE takes the write lock up front, where the busy timeout
+            // applies; a deferred transaction upgrading later would fail at once.
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let mut added = 0;
+            {
+                let mut insert = tx.prepare_cached(
+                    "INSERT OR IGNORE INTO memories (agent_id, peer_id, content, tags, source, created_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )?;
+                for m in memories {
+                    if m.content.trim().is_empty() {
+                        continue;
+                    }
+                    let tags = serde_json::to_string(m.tags).unwrap_or_else(|_| "[]".into());
+                    added +=
+                        insert.execute(params![m.agent_id, m.peer_id.unwrap_or(""), m.content, tags, m.source, now])?;
+                }
+            }
+            tx.commit()?;
+            Ok(added)
+        })
+    }
+
+    /// The best `limit` memories of `agent_id` for `query` by BM25: those
+    /// about `peer_id` and those about no peer in particular.
+    pub fn recall(
+        &self,
+        agent_id: &str,
+        peer_id: Option<&str>,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<StoredMemory>, MemoryError> {
+        let Some(fts_query) = fts_query(query) else { return Ok(Vec::new()) };
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.with(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT m.content, m.tags, m.source FROM memories_fts
+                 JOIN memories m ON m.id = memories_fts.rowid
+                 WHERE memories_fts MATCH ?1 AND m.agent_id = ?2 AND (m.peer_id = ?3 OR m.peer_id = '')
+                 ORDER BY bm25(memories_fts), m.id DESC LIMIT ?4",
+            )?;
+            let rows = stmt.query_map(params![fts_query, agent_id, peer_id.unwrap_or(""), limit as i64], |row| {
+                let tags: String = row.get(1)?;
+                Ok(StoredMemory {
+                    content: row.get(0)?,
+                    tags: serde_json::from_str(&tags).unwrap_or_default(),
+                    source: row.get(2)?,
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// How many memories `agent_id` has.
+    pub fn count(&self, agent_id: &str) -> Result<usize, MemoryError> {
+        self.with(|conn| {
+            conn.query_row("SELECT COUNT(*) FROM memories WHERE agent_id = ?1", [agent_id], |r| r.get::<_, i64>(0))
+                .optional()
+                .map(|n| n.unwrap_or(0) as usize)
+        })
+    }
+}
+
+/// `"word1" OR "word2" …` from the distinct, lowercased, non-stopword words of
+/// `text`; `None` when nothing is left to search for.
+fn fts_query(text: &str) -> Option<String> {
+    let mut words: Vec<String> = Vec::new();
+    for word in text.split(|c: char| !c.is_alphanumeric()) {
+        let word = word.to_lowercase();
+        if word.chars().count() < 2 || STOPWORDS.contains(&word.as_str()) || words.contains(&word) {
+            continue;
+        }
+        words.push(word);
+    }
+    if words.is_empty() {
+        return None;
+    }
+    Some(words.iter().map(|w| format!("\"{w}\"")).collect::<Vec<_>>().join(" OR "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mem<'a>(agent: &'a str, peer: Option<&'a str>, content: &'a str) -> NewMemory<'a> {
+        NewMemory { agent_id: agent, peer_id: peer, content, tags: &[], source: "default" }
+    }
+
+    fn contents(v: Vec<StoredMemory>) -> Vec<String> {
+        v.into_iter().map(|m| m.content).collect()
+    }
+
+    #[test]
+    fn recall_ranks_by_relevance_per_agent_and_peer() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MemoryStore::open(&dir.path().join("memory.db")).unwrap();
+        let added = store
+            .store(&[
+                mem("a1", None, "My garden has tomatoes and basil"),
+                mem("a1", None, "The garden gate is broken; garden tools are in the shed"),
+                mem("a1", None, "I like jazz"),
+                mem("a1", Some("bob"), "Bob's garden is tiny"),
+                mem("a2", None, "garden secrets of another agent"),
+                mem("a1", None, "My garden has tomatoes and basil"),
+            ])
+            .unwrap();
+        assert_eq!(added, 5, "the duplicate is not stored twice");
+        let r = contents(store.recall("a1", None, "What is in my garden?", 5).unwrap());
+        assert_eq!(r.len(), 2);
+        assert!(r[0].contains("gate"), "two mentions of garden rank first: {r:?}");
+        let r = contents(store.recall("a1", Some("bob"), "garden", 5).unwrap());
+        assert_eq!(r.len(), 3, "peer memories plus agent-wide ones: {r:?}");
+        assert_eq!(contents(store.recall("a1", None, "garden", 1).unwrap()).len(), 1);
+        assert!(store.recall("a1", None, "the and of", 5).unwrap().is_empty(), "stopwords only");
+        assert!(store.recall("a1", None, "\"unbalanced ( OR NOT", 5).unwrap().is_empty(), "no FTS syntax leaks");
+    }
+
+    #[test]
+    fn memories_survive_reopening_and_concurrent_writers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("memory.db");
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let path = path.clone();
+                s.spawn(move || {
+                    let store = MemoryStore::open(&path).unwrap();
+                    for i in 0..25 {
+                        let content = format!("thread {t} note {i} about llamas");
+                        store.store(&[mem("shared", None, &content)]).unwrap();
+                    }
+                });
+            }
+        });
+        let store = MemoryStore::open(&path).unwrap();
+        assert_eq!(store.count("shared").unwrap(), 100);
+        assert_eq!(store.recall("shared", None, "llamas", 500).unwrap().len(), 100);
+    }
+
+    #[test]
+    fn fts_query_quotes_words() {
+        assert_eq!(fts_query("What's in my Garden? garden! Tomatoes").as_deref(), Some("\"garden\" OR \"tomatoes\""));
+        assert_eq!(fts_query("a ! ?"), None);
+    }
+}
