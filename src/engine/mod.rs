@@ -1,3 +1,84 @@
-//! The context engine: built-in defaults now, plugins and stacks on top.
+//! The context engine: the one interface an embedder calls at each hook.
+//!
+//! [`ContextEngine`] is implemented by the built-in [`default::DefaultEngine`]
+//! (useful on its own, and the fallback of every plugin) and, on top of it,
+//! by the plugin engine and the stack. Requests and results are typed; no
+//! JSON crosses this interface.
+//!
+//! # Example
+//!
+//! ```
+//! use ctxhost::engine::ContextEngine;
+//! use ctxhost::engine::default::{DefaultEngine, DefaultSettings};
+//! use ctxhost::protocol::{AfterTurnRequest, IngestRequest, Message, Role};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let home = tempfile::tempdir()?;
+//! let engine = DefaultEngine::open(&home.path().join("memory.db"), DefaultSettings::default())?;
+//! let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+//! rt.block_on(async {
+//!     let turn = AfterTurnRequest {
+//!         agent_id: "a1".into(),
+//!         messages: vec![Message::text(Role::User, "My garden has basil and tomatoes")],
+//!         ..Default::default()
+//!     };
+//!     engine.after_turn(&turn).await?;
+//!     let ask = IngestRequest { agent_id: "a1".into(), message: "what grows in my garden?".into(), ..Default::default() };
+//!     let recalled = engine.ingest(&ask).await?;
+//!     assert_eq!(recalled[0].content, "My garden has basil and tomatoes");
+//!     assert_eq!(recalled[0].source, "default");
+//!     Ok::<_, ctxhost::engine::EngineError>(())
+//! })?;
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod default;
+
+use crate::protocol::{
+    AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, IngestRequest, Message, SubagentRequest,
+    TransformToolResultRequest,
+};
+use crate::runner::BoxFuture;
+
+pub use default::compact::Compacted;
+
+/// A memory handed back by `ingest`, with who recalled it (`default` or a plugin).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Recalled {
+    pub content: String,
+    pub source: String,
+}
+
+/// Why an engine call failed (after any fallback).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    #[error(transparent)]
+    Memory(#[from] default::memory::MemoryError),
+    #[error("summarizer failed: {0}")]
+    Summary(String),
+    #[error("background task failed: {0}")]
+    Task(String),
+}
+
+/// The eight hooks of an agent's turn.
+pub trait ContextEngine: Send + Sync {
+    /// Once at start.
+    fn bootstrap<'a>(&'a self, request: &'a BootstrapRequest) -> BoxFuture<'a, Result<(), EngineError>>;
+    /// Per user message: memories to show the model.
+    fn ingest<'a>(&'a self, request: &'a IngestRequest) -> BoxFuture<'a, Result<Vec<Recalled>, EngineError>>;
+    /// Before each model call: the messages the model sees.
+    fn assemble<'a>(&'a self, request: &'a AssembleRequest) -> BoxFuture<'a, Result<Vec<Message>, EngineError>>;
+    /// When the window fills: a shorter history.
+    fn compact<'a>(&'a self, request: &'a CompactRequest) -> BoxFuture<'a, Result<Compacted, EngineError>>;
+    /// End of turn: learn from it.
+    fn after_turn<'a>(&'a self, request: &'a AfterTurnRequest) -> BoxFuture<'a, Result<(), EngineError>>;
+    /// A tool result as the model should see it.
+    fn transform_tool_result<'a>(
+        &'a self,
+        request: &'a TransformToolResultRequest,
+    ) -> BoxFuture<'a, Result<String, EngineError>>;
+    fn prepare_subagent<'a>(&'a self, request: &'a SubagentRequest) -> BoxFuture<'a, Result<(), EngineError>>;
+    fn merge_subagent<'a>(&'a self, request: &'a SubagentRequest) -> BoxFuture<'a, Result<(), EngineError>>;
+}

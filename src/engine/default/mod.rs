@@ -1,8 +1,201 @@
 //! The built-in engine: what ctxhost does with no plugin, and what every
-//! plugin falls back to. Memory in SQLite, assemble by token budget, compact
-//! by summary.
+//! plugin falls back to. Memory in SQLite ([`memory`]), assemble by token
+//! budget ([`assemble`]), compact by summary ([`compact`]), tokens counted by
+//! `o200k_base` with a per-message cache ([`tokenizer`]).
 
 pub mod assemble;
 pub mod compact;
 pub mod memory;
 pub mod tokenizer;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use compact::{Compacted, LocalSummarizer, Summarizer};
+use memory::{MemoryStore, NewMemory};
+use tokenizer::{O200k, TokenCounter, Tokenizer};
+
+use super::{ContextEngine, EngineError, Recalled};
+use crate::protocol::{
+    AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, IngestRequest, Memory, Message, Role,
+    SubagentRequest, TransformToolResultRequest,
+};
+use crate::runner::BoxFuture;
+
+/// Settings of the built-in engine (LibreFang's `[context_engine]` names).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DefaultSettings {
+    /// Used when a request carries no window (0).
+    pub context_window_tokens: u64,
+    /// Caps the default recall only; plugin memories are not capped.
+    pub max_recall_results: usize,
+    /// Recall is skipped, so the prompt prefix stays stable across turns.
+    pub stable_prefix_mode: bool,
+}
+
+impl Default for DefaultSettings {
+    fn default() -> Self {
+        DefaultSettings { context_window_tokens: 128_000, max_recall_results: 5, stable_prefix_mode: false }
+    }
+}
+
+/// Messages remembered by the token cache before it starts over.
+const TOKEN_CACHE_CAPACITY: usize = 200_000;
+
+/// The built-in engine.
+#[derive(Clone)]
+pub struct DefaultEngine {
+    memory: Arc<MemoryStore>,
+    counter: Arc<TokenCounter>,
+    summarizer: Arc<dyn Summarizer>,
+    settings: DefaultSettings,
+}
+
+impl DefaultEngine {
+    /// The engine with its memory at `db` (created when missing), counting
+    /// with `o200k_base` and summarising locally.
+    ///
+    /// # Errors
+    /// The memory database cannot be opened.
+    pub fn open(db: &Path, settings: DefaultSettings) -> Result<Self, EngineError> {
+        Ok(Self::with_parts(Arc::new(MemoryStore::open(db)?), Box::new(O200k), Arc::new(LocalSummarizer), settings))
+    }
+
+    /// The engine from its parts (another tokenizer or summarizer).
+    pub fn with_parts(
+        memory: Arc<MemoryStore>,
+        tokenizer: Box<dyn Tokenizer>,
+        summarizer: Arc<dyn Summarizer>,
+        settings: DefaultSettings,
+    ) -> Self {
+        let counter = Arc::new(TokenCounter::new(tokenizer, TOKEN_CACHE_CAPACITY));
+        DefaultEngine { memory, counter, summarizer, settings }
+    }
+
+    pub fn settings(&self) -> &DefaultSettings {
+        &self.settings
+    }
+
+    pub fn counter(&self) -> &TokenCounter {
+        &self.counter
+    }
+
+    pub fn summarizer(&self) -> &dyn Summarizer {
+        &*self.summarizer
+    }
+
+    fn window(&self, requested: u64) -> usize {
+        let w = if requested == 0 { self.settings.context_window_tokens } else { requested };
+        usize::try_from(w).unwrap_or(usize::MAX)
+    }
+
+    /// Stores memories a plugin's `after_turn` reply carried, under its name.
+    pub async fn store_plugin_memories(
+        &self,
+        agent_id: &str,
+        memories: &[Memory],
+        source: &str,
+    ) -> Result<usize, EngineError> {
+        let memory = self.memory.clone();
+        let (agent, source) = (agent_id.to_owned(), source.to_owned());
+        let memories = memories.to_vec();
+        blocking(move || {
+            let rows: Vec<NewMemory<'_>> = memories
+                .iter()
+                .map(|m| NewMemory {
+                    agent_id: &agent,
+                    peer_id: None,
+                    content: &m.content,
+                    tags: &m.tags,
+                    source: &source,
+                })
+                .collect();
+            memory.store(&rows)
+        })
+        .await
+    }
+}
+
+/// Runs blocking store work off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, memory::MemoryError> + Send + 'static,
+) -> Result<T, EngineError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| EngineError::Task(e.to_string()))?.map_err(EngineError::from)
+}
+
+impl ContextEngine for DefaultEngine {
+    fn bootstrap<'a>(&'a self, _request: &'a BootstrapRequest) -> BoxFuture<'a, Result<(), EngineError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn ingest<'a>(&'a self, request: &'a IngestRequest) -> BoxFuture<'a, Result<Vec<Recalled>, EngineError>> {
+        Box::pin(async move {
+            if self.settings.stable_prefix_mode || self.settings.max_recall_results == 0 {
+                return Ok(Vec::new());
+            }
+            let memory = self.memory.clone();
+            let (agent, peer, query) = (request.agent_id.clone(), request.peer_id.clone(), request.message.clone());
+            let limit = self.settings.max_recall_results;
+            let found = blocking(move || memory.recall(&agent, peer.as_deref(), &query, limit)).await?;
+            Ok(found.into_iter().map(|m| Recalled { content: m.content, source: m.source }).collect())
+        })
+    }
+
+    fn assemble<'a>(&'a self, request: &'a AssembleRequest) -> BoxFuture<'a, Result<Vec<Message>, EngineError>> {
+        Box::pin(async move {
+            let window = self.window(request.context_window_tokens);
+            Ok(assemble::fit(&request.system_prompt, &request.messages, window, &self.counter))
+        })
+    }
+
+    fn compact<'a>(&'a self, request: &'a CompactRequest) -> BoxFuture<'a, Result<Compacted, EngineError>> {
+        Box::pin(async move {
+            let window = self.window(request.context_window_tokens);
+            compact::compact(&request.messages, window, &self.counter, &*self.summarizer)
+                .await
+                .map_err(EngineError::Summary)
+        })
+    }
+
+    /// Stores what the user said this turn (each non-empty user message).
+    fn after_turn<'a>(&'a self, request: &'a AfterTurnRequest) -> BoxFuture<'a, Result<(), EngineError>> {
+        Box::pin(async move {
+            let texts: Vec<String> = request
+                .messages
+                .iter()
+                .filter(|m| m.role == Role::User)
+                .map(Message::text_content)
+                .filter(|t| !t.trim().is_empty() && !t.starts_with(compact::SUMMARY_PREFIX))
+                .collect();
+            if texts.is_empty() {
+                return Ok(());
+            }
+            let memory = self.memory.clone();
+            let agent = request.agent_id.clone();
+            blocking(move || {
+                let rows: Vec<NewMemory<'_>> = texts
+                    .iter()
+                    .map(|t| NewMemory { agent_id: &agent, peer_id: None, content: t, tags: &[], source: "default" })
+                    .collect();
+                memory.store(&rows)
+            })
+            .await?;
+            Ok(())
+        })
+    }
+
+    fn transform_tool_result<'a>(
+        &'a self,
+        request: &'a TransformToolResultRequest,
+    ) -> BoxFuture<'a, Result<String, EngineError>> {
+        Box::pin(async move { Ok(request.result.clone()) })
+    }
+
+    fn prepare_subagent<'a>(&'a self, _request: &'a SubagentRequest) -> BoxFuture<'a, Result<(), EngineError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn merge_subagent<'a>(&'a self, _request: &'a SubagentRequest) -> BoxFuture<'a, Result<(), EngineError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
