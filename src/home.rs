@@ -65,6 +65,20 @@ impl Home {
         self.root.join("cache")
     }
 
+    /// Replaces `path` with `bytes` atomically (a temporary file in the same
+    /// directory, renamed over it): a concurrent reader — a hook reading its
+    /// config, another ctxhost reading the cache — sees the old or the new
+    /// file whole, never half of one. Creates the directory when missing.
+    pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        use std::io::Write;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir)?;
+        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+        tmp.write_all(bytes)?;
+        tmp.persist(path).map_err(|e| e.error)?;
+        Ok(())
+    }
+
     /// Creates `dir` (and parents) with a message naming it on failure.
     pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)

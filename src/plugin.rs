@@ -90,13 +90,11 @@ fn write_config(
     let (resolved, config_warnings) =
         manifest::resolve_config(&manifest.config, &overrides.cloned().unwrap_or_default());
     warnings.extend(config_warnings);
-    let dir = cx.home.data_dir(&manifest.name);
-    let path = dir.join("config.json");
+    let path = cx.home.data_dir(&manifest.name).join("config.json");
     let text = serde_json::to_string_pretty(&resolved).unwrap_or_else(|_| "{}".into());
     if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
-        let fail = |source| LoadError::ConfigFile { path: path.clone(), source };
-        std::fs::create_dir_all(&dir).map_err(fail)?;
-        std::fs::write(&path, &text).map_err(fail)?;
+        Home::write_atomic(&path, text.as_bytes())
+            .map_err(|source| LoadError::ConfigFile { path: path.clone(), source })?;
     }
     Ok(Some(path))
 }

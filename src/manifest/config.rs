@@ -37,7 +37,6 @@ impl ConfigType {
 
 /// One `[config.<key>]` entry.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ConfigField {
     #[serde(rename = "type", default)]
     pub kind: ConfigType,
@@ -46,6 +45,9 @@ pub struct ConfigField {
     #[serde(default)]
     pub description: Option<String>,
 }
+
+/// The fields of a `[config.<key>]` entry.
+pub const CONFIG_FIELDS: &[&str] = &["type", "default", "description"];
 
 /// Defaults, then the operator's overrides for declared keys. Keys without a
 /// default and without an override are left out, as LibreFang does. Returns

@@ -21,7 +21,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-pub use config::{ConfigField, ConfigType, resolve as resolve_config};
+pub use config::{CONFIG_FIELDS, ConfigField, ConfigType, resolve as resolve_config};
 pub use error::{HookPathError, ManifestError, ManifestErrorKind};
 pub use runtime::Runtime;
 pub use settings::{CircuitBreaker, ExecSettings, FailurePolicy, SETTING_KEYS, WorkerProtocol};
@@ -117,6 +117,11 @@ pub fn validate_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// A name a process environment can hold: not empty, no `=`, no NUL.
+pub fn valid_env_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains(['=', '\0'])
+}
+
 /// Resolves a hook script path against the (canonical) plugin dir: no `..`
 /// component, exists, is a file, and stays inside the dir after following
 /// symlinks. The runner calls this again before every call.
@@ -154,6 +159,7 @@ impl Manifest {
         let file = dir.join(MANIFEST_FILE);
         let fail = |key: Option<&str>, kind| ManifestError::new(&file, key, kind);
         let text = std::fs::read_to_string(&file).map_err(|e| fail(None, ManifestErrorKind::Read(e)))?;
+        let given_dir = dir;
         let dir = dir.canonicalize().map_err(|e| fail(None, ManifestErrorKind::Read(e)))?;
         let table: toml::Table = toml::from_str(&text)
             .map_err(|e| fail(None, ManifestErrorKind::Syntax(e.to_string().trim_end().to_owned())))?;
@@ -161,7 +167,14 @@ impl Manifest {
         let mut r = Reader::new(&file, &table)?;
         let declared_name: String = r.required("name")?;
         validate_name(&declared_name).map_err(|m| r.error("name", ManifestErrorKind::Invalid(m)))?;
-        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        // The name of the directory as given (a symlinked plugin dir is known
+        // by the link's name); `.` and the like fall back to the real name.
+        let name = given_dir
+            .file_name()
+            .filter(|n| *n != "." && *n != "..")
+            .or_else(|| dir.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         validate_name(&name).map_err(|m| fail(None, ManifestErrorKind::Invalid(format!("directory name: {m}"))))?;
         if name != declared_name {
             r.warn(format!(
@@ -180,14 +193,18 @@ impl Manifest {
         }
         let librefang_min_version = r.top("librefang_min_version")?;
         let raw_env: BTreeMap<String, String> = r.top("env")?.unwrap_or_default();
+        if let Some(bad) = raw_env.keys().find(|k| !valid_env_name(k)) {
+            return Err(r.error(
+                &format!("env.{bad}"),
+                ManifestErrorKind::Invalid("not a valid environment variable name (empty, or holds `=` or NUL)".into()),
+            ));
+        }
         let env = expand_env(raw_env, env, &mut r.warnings);
 
         let raw_config: toml::Table = r.top("config")?.unwrap_or_default();
         let mut config = BTreeMap::new();
         for (key, value) in raw_config {
-            let field: ConfigField = value.try_into().map_err(|e: toml::de::Error| {
-                r.error(&format!("config.{key}"), ManifestErrorKind::Invalid(e.message().trim_end().to_owned()))
-            })?;
+            let field: ConfigField = r.known_fields(&format!("config.{key}"), value, CONFIG_FIELDS)?;
             if let Some(default) = &field.default
                 && !field.kind.accepts(default)
             {
@@ -195,8 +212,16 @@ impl Manifest {
             }
             config.insert(key, field);
         }
-        let requires = r.top("requires")?.unwrap_or_default();
-        let i18n = r.top("i18n")?.unwrap_or_default();
+        let raw_requires: Vec<toml::Value> = r.top("requires")?.unwrap_or_default();
+        let mut requires = Vec::with_capacity(raw_requires.len());
+        for (i, value) in raw_requires.into_iter().enumerate() {
+            requires.push(r.known_fields(&format!("requires[{i}]"), value, &["binary", "install_hint"])?);
+        }
+        let raw_i18n: toml::Table = r.top("i18n")?.unwrap_or_default();
+        let mut i18n = BTreeMap::new();
+        for (lang, value) in raw_i18n {
+            i18n.insert(lang.clone(), r.known_fields(&format!("i18n.{lang}"), value, &["name", "description"])?);
+        }
         let plugin_depends: Vec<String> = r.top("plugin_depends")?.unwrap_or_default();
         for dep in &plugin_depends {
             validate_name(dep).map_err(|m| r.error("plugin_depends", ManifestErrorKind::Invalid(m)))?;
@@ -211,13 +236,7 @@ impl Manifest {
                 hooks.insert(hook, HookScript { raw, path });
             }
         }
-        let mut settings = ExecSettings::read(&mut r)?;
-        if let Runtime::Custom(launcher) = &settings.runtime
-            && launcher.is_relative()
-        {
-            let relative: PathBuf = launcher.components().filter(|c| *c != Component::CurDir).collect();
-            settings.runtime = Runtime::Custom(dir.join(relative));
-        }
+        let settings = ExecSettings::read(&mut r)?;
         let hooks_known: Vec<&str> =
             HookName::ALL.iter().map(|h| h.as_str()).chain(SETTING_KEYS.iter().copied()).collect();
         let top_known: Vec<&str> = TOP_KEYS.iter().chain(SETTING_KEYS).copied().collect();
@@ -271,7 +290,10 @@ fn expand_env(
 ) -> BTreeMap<String, String> {
     raw.into_iter()
         .map(|(key, value)| {
-            let var = value.strip_prefix("${").and_then(|v| v.strip_suffix('}'));
+            let var = value
+                .strip_prefix("${")
+                .and_then(|v| v.strip_suffix('}'))
+                .filter(|v| v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
             let value = match var {
                 Some(var) if !var.is_empty() => lookup(var).unwrap_or_else(|| {
                     warnings.push(format!(

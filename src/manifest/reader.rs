@@ -49,6 +49,29 @@ impl<'a> Reader<'a> {
         })
     }
 
+    /// A table whose own fields are known: unknown fields are warned about
+    /// (and left out), then the rest is converted.
+    pub fn known_fields<T: DeserializeOwned>(
+        &mut self,
+        key: &str,
+        value: toml::Value,
+        known: &[&str],
+    ) -> Result<T, ManifestError> {
+        let value = match value {
+            toml::Value::Table(mut table) => {
+                let unknown: Vec<String> = table.keys().filter(|k| !known.contains(&k.as_str())).cloned().collect();
+                for field in unknown {
+                    table.remove(&field);
+                    let hint = crate::hint::did_you_mean(&field, known.iter().copied());
+                    self.warn(format!("unknown key `{key}.{field}` is ignored{hint}"));
+                }
+                toml::Value::Table(table)
+            }
+            other => other,
+        };
+        self.convert(key, &value)
+    }
+
     /// A top-level key.
     pub fn top<T: DeserializeOwned>(&mut self, key: &'a str) -> Result<Option<T>, ManifestError> {
         self.used_top.insert(key);

@@ -21,8 +21,9 @@ pub enum Runtime {
     Php,
     Lua,
     Wasm,
-    /// A tag containing `/` or `\`: a launcher path, run as `<path> <script>`.
-    /// Relative paths are taken from the plugin directory.
+    /// A tag containing `/` or `\`: a launcher path, run as `<path> <script>`,
+    /// kept as written (it is `LIBREFANG_RUNTIME`); a relative path is taken
+    /// from the plugin directory when the launcher is resolved.
     Custom(PathBuf),
 }
 

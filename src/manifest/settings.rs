@@ -38,7 +38,6 @@ pub enum WorkerProtocol {
 
 /// Open the breaker after `max_failures` consecutive failures, for `reset_secs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct CircuitBreaker {
     #[serde(default = "CircuitBreaker::default_max_failures")]
     pub max_failures: u32,
@@ -178,7 +177,6 @@ impl ExecSettings {
             hook_cache_ttl_secs,
             assemble_cache_ttl_secs,
             compact_cache_ttl_secs,
-            circuit_breaker,
             after_turn_queue_depth,
             prewarm_subprocesses,
             worker_idle_secs,
@@ -187,6 +185,9 @@ impl ExecSettings {
             writable_paths,
             priority,
         );
+        if let Some((v, key)) = r.setting::<toml::Value>("circuit_breaker")? {
+            s.circuit_breaker = r.known_fields(&key, v, &["max_failures", "reset_secs"])?;
+        }
         if let Some((v, key)) = r.setting::<u64>("hook_timeout_secs")? {
             if v == 0 {
                 return Err(r.error(&key, ManifestErrorKind::Invalid("must be at least 1 second".into())));

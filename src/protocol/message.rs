@@ -70,7 +70,8 @@ pub struct Message {
     /// Pinned messages are never trimmed by the host's defaults.
     #[serde(default)]
     pub pinned: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `None` when absent; an explicit `null` is kept as `Some(Value::Null)`.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub timestamp: Option<Value>,
     /// Fields this version does not know, kept for the round trip.
     #[serde(flatten)]
@@ -226,6 +227,11 @@ impl<'de> Deserialize<'de> for Block {
     }
 }
 
+/// A field that is present, even as `null`.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
 /// Parses a known block body (the map without its `type`), or `None` when its
 /// fields do not fit; the caller then keeps the block as `Unknown`.
 fn body<T: serde::de::DeserializeOwned>(map: &Map<String, Value>) -> Option<T> {
@@ -293,6 +299,12 @@ mod tests {
         assert!(matches!(blocks[1], Block::Text(_)));
         // A known type whose fields do not fit is kept whole rather than failing.
         assert!(matches!(blocks[2], Block::Unknown(_)));
+    }
+
+    #[test]
+    fn an_explicit_null_timestamp_survives() {
+        let json = r#"{"role":"user","content":"x","pinned":false,"timestamp":null}"#;
+        assert_eq!(round_trip(json), json);
     }
 
     #[test]

@@ -65,13 +65,21 @@ pub struct TokenPressure {
     pub max_tokens: u64,
     pub pressure: f64,
     pub recommendation: Recommendation,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
 }
 
 impl TokenPressure {
     /// Pressure `used / max` and its recommendation; a zero `max` counts as full.
     pub fn new(used_tokens: u64, max_tokens: u64) -> Self {
         let pressure = if max_tokens == 0 { 1.0 } else { used_tokens as f64 / max_tokens as f64 };
-        TokenPressure { used_tokens, max_tokens, pressure, recommendation: Recommendation::for_pressure(pressure) }
+        TokenPressure {
+            used_tokens,
+            max_tokens,
+            pressure,
+            recommendation: Recommendation::for_pressure(pressure),
+            extra: Map::new(),
+        }
     }
 }
 
@@ -315,7 +323,21 @@ impl HookRequest {
             HookName::Bootstrap => HookRequest::Bootstrap(serde_json::from_value(value).map_err(invalid)?),
             HookName::Ingest => HookRequest::Ingest(serde_json::from_value(value).map_err(invalid)?),
             HookName::Assemble => HookRequest::Assemble(serde_json::from_value(value).map_err(invalid)?),
-            HookName::Compact => HookRequest::Compact(serde_json::from_value(value).map_err(invalid)?),
+            HookName::Compact => {
+                // A hand-written request may give only the token counts:
+                // derive what it leaves out, as the host would have sent it.
+                let given = |k: &str| value.get("token_pressure").and_then(|t| t.get(k)).is_some();
+                let (has_pressure, has_recommendation) = (given("pressure"), given("recommendation"));
+                let mut r: CompactRequest = serde_json::from_value(value).map_err(invalid)?;
+                let p = &mut r.token_pressure;
+                if !has_pressure && p.max_tokens > 0 {
+                    p.pressure = p.used_tokens as f64 / p.max_tokens as f64;
+                }
+                if !has_recommendation {
+                    p.recommendation = Recommendation::for_pressure(p.pressure);
+                }
+                HookRequest::Compact(r)
+            }
             HookName::AfterTurn => HookRequest::AfterTurn(serde_json::from_value(value).map_err(invalid)?),
             HookName::TransformToolResult => {
                 let mut r: TransformToolResultRequest = serde_json::from_value(value).map_err(invalid)?;
@@ -461,6 +483,25 @@ mod tests {
         assert_eq!(err.to_string(), "the request must be a JSON object, not an array");
         let err = HookRequest::from_json(HookName::Ingest, json!({"message": 5})).unwrap_err();
         assert!(err.to_string().starts_with("invalid `ingest` request: invalid type: integer `5`"), "{err}");
+    }
+
+    #[test]
+    fn compact_pressure_is_derived_when_left_out_and_extra_keys_survive() {
+        let req = HookRequest::from_json(
+            HookName::Compact,
+            json!({"token_pressure": {"used_tokens": 95, "max_tokens": 100, "source": "x"}}),
+        )
+        .unwrap();
+        let HookRequest::Compact(r) = &req else { panic!() };
+        assert_eq!((r.token_pressure.pressure, r.token_pressure.recommendation), (0.95, Recommendation::Critical));
+        assert!(wire(&req).contains(r#""recommendation":"critical","source":"x"}"#), "{}", wire(&req));
+        let req = HookRequest::from_json(
+            HookName::Compact,
+            json!({"token_pressure": {"pressure": 0.7, "recommendation": "light"}}),
+        )
+        .unwrap();
+        let HookRequest::Compact(r) = &req else { panic!() };
+        assert_eq!(r.token_pressure.recommendation, Recommendation::Light, "what is given is kept");
     }
 
     #[test]

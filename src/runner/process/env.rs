@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::Path;
 
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, valid_env_name};
 use crate::protocol::HookRequest;
 
 type Pairs = Vec<(OsString, OsString)>;
@@ -69,7 +69,7 @@ impl EnvPlan {
         from_host("PATH");
         from_host("HOME");
         i.passthrough.iter().for_each(|n| from_host(n));
-        i.allowed_env_vars.iter().for_each(|n| from_host(n));
+        i.allowed_env_vars.iter().filter(|n| valid_env_name(n)).for_each(|n| from_host(n));
         base.extend(i.manifest.env.iter().map(|(k, v)| (k.into(), v.into())));
 
         let mut tail = Pairs::new();
@@ -108,7 +108,9 @@ impl EnvPlan {
         let kept = overrides
             .into_iter()
             .filter(|(k, _)| {
-                let reason = if self.plugin_keys.contains(k) {
+                let reason = if !valid_env_name(k) {
+                    Some("it is not a valid variable name")
+                } else if self.plugin_keys.contains(k) {
                     Some("it is set by the plugin's [env]")
                 } else if k.starts_with("LIBREFANG_") || k == "TMPDIR" {
                     Some("the host sets it")
@@ -147,6 +149,107 @@ impl EnvPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::{HookName, HookRequest};
+    use std::path::PathBuf;
+
+    fn plan(env_toml: &str, allow_network: bool) -> (tempfile::TempDir, EnvPlan) {
+        let dir = tempfile::tempdir().unwrap();
+        let plugin = dir.path().join("p");
+        std::fs::create_dir_all(&plugin).unwrap();
+        std::fs::write(
+            plugin.join("plugin.toml"),
+            format!(
+                "name = \"p\"\nversion = \"1\"\nallow_network = {allow_network}\nmax_memory_mb = 5\n[env]\n{env_toml}\n"
+            ),
+        )
+        .unwrap();
+        let manifest = Manifest::load_with_env(&plugin, &|_| None).unwrap().manifest;
+        let host = |k: &str| match k {
+            "PATH" => Some(OsString::from("/host/bin")),
+            "HOME" => Some(OsString::from("/home/u")),
+            "PYTHONPATH" => Some(OsString::from("/host/py")),
+            "LANG" => Some(OsString::from("C.UTF-8")),
+            _ => None,
+        };
+        let allowed = vec!["LANG".to_owned(), "BAD=NAME".to_owned()];
+        let plan = EnvPlan::new(EnvInputs {
+            manifest: &manifest,
+            passthrough: &["PYTHONPATH"],
+            allowed_env_vars: &allowed,
+            config_file: Some(Path::new("/cfg.json")),
+            host: &host,
+        });
+        (dir, plan)
+    }
+
+    fn names(env: &[(OsString, OsString)]) -> Vec<String> {
+        env.iter().map(|(k, _)| k.to_string_lossy().into_owned()).collect()
+    }
+
+    /// What a process started with `env` sees: later entries win.
+    fn effective(env: &[(OsString, OsString)], key: &str) -> Option<String> {
+        env.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.to_string_lossy().into_owned())
+    }
+
+    #[test]
+    fn the_spec_order_with_later_entries_winning() {
+        let (_d, plan) = plan("PYTHONPATH = \"/plugin/py\"\nFROM_ENV = \"1\"", false);
+        let req =
+            HookRequest::from_json(HookName::Ingest, serde_json::json!({"agent_id": "a", "message": "m"})).unwrap();
+        let overrides = BTreeMap::from([("EXTRA".to_owned(), "o".to_owned())]);
+        let env = plan.for_call(&req, &overrides, &PathBuf::from("/tmp/call"));
+        assert_eq!(
+            names(&env),
+            [
+                "LIBREFANG_AGENT_ID",
+                "LIBREFANG_MESSAGE",
+                "LIBREFANG_RUNTIME",
+                "PATH",
+                "HOME",
+                "PYTHONPATH",
+                "LANG",
+                "FROM_ENV",
+                "PYTHONPATH",
+                "EXTRA",
+                "LIBREFANG_PLUGIN_CONFIG",
+                "LIBREFANG_MAX_MEMORY_MB",
+                "no_proxy",
+                "NO_PROXY",
+                "http_proxy",
+                "https_proxy",
+                "HTTP_PROXY",
+                "HTTPS_PROXY",
+                "LIBREFANG_SANDBOX",
+                "TMPDIR",
+            ]
+        );
+        assert_eq!(effective(&env, "PYTHONPATH").as_deref(), Some("/plugin/py"), "[env] over passthrough");
+        assert_eq!(effective(&env, "LIBREFANG_AGENT_ID").as_deref(), Some("a"));
+        assert_eq!(effective(&env, "LIBREFANG_MESSAGE").as_deref(), Some("m"));
+        assert_eq!(effective(&env, "LIBREFANG_MAX_MEMORY_MB").as_deref(), Some("5"));
+        assert_eq!(effective(&env, "TMPDIR").as_deref(), Some("/tmp/call"));
+    }
+
+    #[test]
+    fn bootstrap_overrides_never_replace_env_or_host_variables() {
+        let (_d, plan) = plan("KEEP = \"plugin\"", true);
+        let (kept, warnings) = plan.filter_overrides(BTreeMap::from([
+            ("KEEP".to_owned(), "bootstrap".to_owned()),
+            ("NEW".to_owned(), "v".to_owned()),
+            ("LIBREFANG_AGENT_ID".to_owned(), "x".to_owned()),
+            ("TMPDIR".to_owned(), "/elsewhere".to_owned()),
+            ("TMPDIR=/x".to_owned(), "y".to_owned()),
+            ("PATH".to_owned(), "/boot/bin".to_owned()),
+        ]));
+        assert_eq!(kept.keys().collect::<Vec<_>>(), ["NEW", "PATH"]);
+        assert_eq!(warnings.len(), 4, "{warnings:?}");
+        let req = HookRequest::from_json(HookName::Ingest, serde_json::json!({})).unwrap();
+        let env = plan.for_call(&req, &kept, &PathBuf::from("/t"));
+        assert_eq!(effective(&env, "PATH").as_deref(), Some("/boot/bin"), "overrides come after the host's PATH");
+        assert_eq!(effective(&env, "KEEP").as_deref(), Some("plugin"));
+        assert!(effective(&env, "LIBREFANG_SANDBOX").is_none(), "network allowed");
+        assert!(effective(&env, "BAD=NAME").is_none(), "invalid allowed_env_vars names are skipped");
+    }
 
     #[test]
     fn long_messages_are_cut_on_a_char_boundary() {

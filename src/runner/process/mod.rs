@@ -39,7 +39,9 @@ pub fn resolve_launcher(
     cache_dir: &Path,
 ) -> Launcher {
     let info = runtime_info(runtime);
-    let path = hook_env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_os_str());
+    // The hook's own PATH (a `[env] PATH` wins over the host's), as the hook
+    // would search it: the last entry of a name is the one in force.
+    let path = last(hook_env, "PATH");
     match runtime {
         Runtime::Native => return Launcher::Direct,
         Runtime::Wasm => return Launcher::InProcess,
@@ -61,7 +63,7 @@ pub fn resolve_launcher(
     let args = info.args.iter().map(OsString::from).collect();
     let program = match info.exe_query {
         Some(exe_query) if shim::is_shim(&found) => {
-            let user_home = hook_env.iter().find(|(k, _)| k == "HOME").map(|(_, v)| Path::new(v));
+            let user_home = last(hook_env, "HOME").map(Path::new);
             let query = shim::ShimQuery {
                 shim: &found,
                 plugin_dir,
@@ -81,6 +83,49 @@ pub fn resolve_launcher(
         _ => found,
     };
     Launcher::Program { program, args }
+}
+
+/// The value of `name` in an ordered environment (later entries win).
+fn last<'a>(env: &'a [(OsString, OsString)], name: &str) -> Option<&'a std::ffi::OsStr> {
+    env.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_os_str())
+}
+
+/// A per-call temporary directory, removed when dropped — also when the hook
+/// left parts of it unwritable (the group is dead by then).
+struct CallTmp(std::path::PathBuf);
+
+impl CallTmp {
+    fn create(plugin: &str) -> std::io::Result<Self> {
+        Ok(CallTmp(tempfile::Builder::new().prefix(&format!("ctxhost-{plugin}-")).tempdir()?.keep()))
+    }
+}
+
+impl Drop for CallTmp {
+    fn drop(&mut self) {
+        if std::fs::remove_dir_all(&self.0).is_ok() {
+            return;
+        }
+        open_up(&self.0);
+        if let Err(e) = std::fs::remove_dir_all(&self.0)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!("could not remove the hook's temporary directory `{}`: {e}", self.0.display());
+        }
+    }
+}
+
+/// Makes every directory below `dir` (symlinks not followed) writable and
+/// searchable by its owner, so it can be removed.
+fn open_up(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                open_up(&entry.path());
+            }
+        }
+    }
 }
 
 /// Everything fixed about one script plugin, decided at load.
@@ -133,11 +178,10 @@ impl ProcessRunner {
         // an escaping symlink since load.
         let path = check_hook_path(&manifest.dir, &script.raw)?;
         let command = self.plugin.launcher.command_for(&path).map_err(HookError::Launch)?;
-        let tmp =
-            tempfile::Builder::new().prefix(&format!("ctxhost-{}-", manifest.name)).tempdir().map_err(HookError::Io)?;
+        let tmp = CallTmp::create(&manifest.name).map_err(HookError::Io)?;
         let env = {
             let overrides = self.overrides.read().map(|o| o.clone()).unwrap_or_default();
-            self.plugin.env.for_call(request, &overrides, tmp.path())
+            self.plugin.env.for_call(request, &overrides, &tmp.0)
         };
         let base_secs = options.timeout_secs.unwrap_or(manifest.settings.hook_timeout_secs);
         let secs = base_secs.saturating_mul(u64::from(hook.timeout_factor()));

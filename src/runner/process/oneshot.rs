@@ -66,9 +66,17 @@ impl Finished {
 }
 
 /// Kills the process group when dropped (every exit path, cancellation included).
+///
+/// The group id is the hook's pid, so it may only be signalled while that pid
+/// cannot have been reused: while the hook runs or is an unreaped zombie.
+/// After reaping, [`GroupKill::disarm`] it.
 struct GroupKill(libc::pid_t);
 
 impl GroupKill {
+    fn disarm(&mut self) {
+        self.0 = 0;
+    }
+
     fn kill(&self) {
         // Never signal group 0 or below: `kill(0, …)` would hit ctxhost's own group.
         if self.0 <= 1 {
@@ -103,7 +111,8 @@ pub async fn run(call: OneShot<'_>) -> Result<Finished, HookError> {
         .kill_on_drop(true);
     let mut child = cmd.spawn().map_err(|source| HookError::Spawn { program: call.command.program.clone(), source })?;
     let pid = child.id().and_then(|id| libc::pid_t::try_from(id).ok()).unwrap_or(0);
-    let group = GroupKill(pid);
+    let mut group = GroupKill(pid);
+    let exit = ExitWatch::new(pid);
     let (Some(stdin), Some(mut stdout), Some(mut stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -122,7 +131,7 @@ pub async fn run(call: OneShot<'_>) -> Result<Finished, HookError> {
     let (mut out_open, mut err_open, mut writing) = (true, true, true);
     let over_cap = |stream| HookError::OutputCap { stream, cap: call.output_cap };
 
-    let status = loop {
+    let reaped = loop {
         tokio::select! {
             () = &mut write, if writing => writing = false,
             r = stdout.read(&mut out_buf), if out_open => match r {
@@ -145,10 +154,12 @@ pub async fn run(call: OneShot<'_>) -> Result<Finished, HookError> {
                     }
                 }
             },
-            status = child.wait() => break status?,
+            () = exit.exited(), if exit.available() => break None,
+            status = child.wait(), if !exit.available() => break Some(status?),
             () = &mut deadline => {
                 group.kill();
                 let _ = child.wait().await;
+                group.disarm();
                 return Err(HookError::Timeout { secs: call.timeout.as_secs() });
             }
         }
@@ -172,6 +183,12 @@ pub async fn run(call: OneShot<'_>) -> Result<Finished, HookError> {
             err.total <= cap
         });
     }
+    // Only now reap the hook (at once: it has exited), then the guard is done.
+    let status = match reaped {
+        Some(status) => status,
+        None => child.wait().await?,
+    };
+    group.disarm();
     if out.len() > cap {
         return Err(over_cap("stdout"));
     }
@@ -179,6 +196,44 @@ pub async fn run(call: OneShot<'_>) -> Result<Finished, HookError> {
         return Err(over_cap("stderr"));
     }
     Ok(Finished { status, stdout: out, stderr_tail: err.finish() })
+}
+
+/// Tells when the hook has exited **without reaping it** (a pidfd turns
+/// readable), so its group can still be killed safely. Without pidfd support
+/// (Linux < 5.3) the caller falls back to waiting, which reaps.
+struct ExitWatch(Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>);
+
+impl ExitWatch {
+    fn new(pid: libc::pid_t) -> Self {
+        use std::os::fd::FromRawFd;
+        if pid <= 0 {
+            return ExitWatch(None);
+        }
+        // SAFETY: pidfd_open(2) takes a pid and flags and returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            return ExitWatch(None);
+        }
+        // SAFETY: `fd` was just returned by pidfd_open and is owned by nobody else.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as RawFd) };
+        // SAFETY: the OwnedFd is moved into the AsyncFd, so it stays open and
+        // the same for the AsyncFd's whole life. (Called inside the runtime.)
+        let registered = unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) };
+        ExitWatch(registered.ok())
+    }
+
+    fn available(&self) -> bool {
+        self.0.is_some()
+    }
+
+    async fn exited(&self) {
+        match &self.0 {
+            Some(fd) => {
+                let _ = fd.readable().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
 }
 
 /// Writes the request and closes stdin. A hook that never reads its stdin

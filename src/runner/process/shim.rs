@@ -54,7 +54,9 @@ pub fn is_shim(program: &Path) -> bool {
     }
     let in_shims_dir = program.parent().and_then(Path::file_name).is_some_and(|n| n == "shims");
     let text = String::from_utf8_lossy(&head);
-    in_shims_dir || MANAGERS.iter().any(|m| text.contains(m))
+    // Whole words only: "promise" must not count as mise.
+    let mut words = text.split(|c: char| !c.is_ascii_alphanumeric());
+    in_shims_dir || words.any(|w| MANAGERS.contains(&w))
 }
 
 /// What a resolution needs: the shim, the plugin dir, the query arguments and
@@ -70,8 +72,8 @@ pub struct ShimQuery<'a> {
 }
 
 /// The real executable behind a shim: from the cache when its stamps still
-/// match, else by asking the runtime (and caching the answer). `None` when the
-/// runtime could not tell; the caller then keeps the shim.
+/// match, else by asking the runtime (and caching the answer). An error says
+/// why the runtime could not tell; the caller then keeps the shim.
 pub fn resolve(query: &ShimQuery<'_>, cache_dir: &Path) -> Result<PathBuf, String> {
     let key = cache_key(query);
     let stamps = fingerprint(query);
@@ -85,7 +87,8 @@ pub fn resolve(query: &ShimQuery<'_>, cache_dir: &Path) -> Result<PathBuf, Strin
     }
     let resolved = ask(query)?;
     cache.entries.insert(key, CacheEntry { resolved: resolved.clone(), stamps });
-    if let Err(e) = write_cache(&cache_file, &cache) {
+    let bytes = serde_json::to_vec_pretty(&cache).unwrap_or_default();
+    if let Err(e) = crate::home::Home::write_atomic(&cache_file, &bytes) {
         tracing::debug!("could not write the launcher cache `{}`: {e}", cache_file.display());
     }
     Ok(resolved)
@@ -196,16 +199,6 @@ fn ask(q: &ShimQuery<'_>) -> Result<PathBuf, String> {
 
 fn read_cache(file: &Path) -> CacheFile {
     std::fs::read(file).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default()
-}
-
-/// Atomic replace: a concurrent reader sees the old or the new file, whole.
-fn write_cache(file: &Path, cache: &CacheFile) -> std::io::Result<()> {
-    let dir = file.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    serde_json::to_writer_pretty(&mut tmp, cache)?;
-    tmp.persist(file).map_err(|e| e.error)?;
-    Ok(())
 }
 
 #[cfg(test)]
