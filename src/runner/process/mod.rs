@@ -45,9 +45,12 @@ pub fn resolve_launcher(
     match runtime {
         Runtime::Native => return Launcher::Direct,
         Runtime::Wasm => return Launcher::InProcess,
-        Runtime::Custom(program) => {
-            return if launcher::is_executable(program) {
-                Launcher::Program { program: program.clone(), args: Vec::new() }
+        Runtime::Custom(given) => {
+            let relative: std::path::PathBuf =
+                given.components().filter(|c| *c != std::path::Component::CurDir).collect();
+            let program = plugin_dir.join(relative);
+            return if launcher::is_executable(&program) {
+                Launcher::Program { program, args: Vec::new() }
             } else {
                 Launcher::Missing { launcher: program.display().to_string(), reason: "not an executable file".into() }
             };
