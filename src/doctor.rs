@@ -2,15 +2,15 @@
 //! /api/plugins/doctor`). Field names are LibreFang's; ctxhost adds `error`
 //! and `missing_binaries` to plugin entries so a broken one says why.
 
-use std::ffi::OsString;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::manifest::{MANIFEST_FILE, Manifest, Runtime};
-use crate::runner::process::{find_on_path, launcher::is_executable, runtime_info};
+use crate::manifest::{MANIFEST_FILE, Runtime};
+use crate::plugin::{LoadContext, LoadError, load_script_plugin};
+use crate::runner::process::{Launcher, find_on_path, probe, runtime_info};
 
 /// How long one `--version` probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -51,16 +51,17 @@ impl DoctorReport {
     }
 }
 
-/// Probes every built-in runtime (in parallel) and checks every plugin in `plugins_dir`.
-pub fn report(plugins_dir: &Path, host_env: &dyn Fn(&str) -> Option<OsString>) -> DoctorReport {
-    let path = host_env("PATH");
+/// Probes every built-in runtime (in parallel) and loads every plugin in the
+/// plugins dir exactly as `ctxhost hook` would (same config, environment and
+/// launcher resolution), so the report cannot disagree with a real call.
+pub fn report(cx: &LoadContext<'_>) -> DoctorReport {
+    let path = (cx.host_env)("PATH");
     let runtimes: Vec<RuntimeStatus> = std::thread::scope(|s| {
         let probes: Vec<_> =
             Runtime::BUILT_IN.iter().map(|rt| s.spawn(|| probe_runtime(rt, path.as_deref()))).collect();
         probes.into_iter().filter_map(|h| h.join().ok()).collect()
     });
-    let plugins =
-        plugin_dirs(plugins_dir).iter().map(|dir| check_plugin(dir, &runtimes, path.as_deref(), host_env)).collect();
+    let plugins = plugin_dirs(cx.home.plugins_dir()).iter().map(|dir| check_plugin(dir, cx)).collect();
     DoctorReport { runtimes, plugins }
 }
 
@@ -95,27 +96,14 @@ fn probe_runtime(runtime: &Runtime, path: Option<&std::ffi::OsStr>) -> RuntimeSt
 /// successful version probe, bounded by [`PROBE_TIMEOUT`].
 fn version_of(program: &Path, args: &[&str], path: Option<&std::ffi::OsStr>) -> Option<String> {
     let mut cmd = Command::new(program);
-    cmd.args(args).env_clear().stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.args(args).env_clear();
     if let Some(path) = path {
         cmd.env("PATH", path);
     }
     if let Some(home) = std::env::var_os("HOME") {
         cmd.env("HOME", home);
     }
-    let mut child = cmd.spawn().ok()?;
-    let started = Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if started.elapsed() < PROBE_TIMEOUT => std::thread::sleep(Duration::from_millis(5)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-        }
-    }
-    let out = child.wait_with_output().ok()?;
+    let out = probe::run(&mut cmd, PROBE_TIMEOUT).ok()?;
     if !out.status.success() {
         return None;
     }
@@ -124,51 +112,54 @@ fn version_of(program: &Path, args: &[&str], path: Option<&std::ffi::OsStr>) -> 
     first_line(&out.stdout).or_else(|| first_line(&out.stderr))
 }
 
-fn check_plugin(
-    dir: &Path,
-    runtimes: &[RuntimeStatus],
-    path: Option<&std::ffi::OsStr>,
-    host_env: &dyn Fn(&str) -> Option<OsString>,
-) -> PluginStatus {
+fn check_plugin(dir: &Path, cx: &LoadContext<'_>) -> PluginStatus {
     let dir_name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let lookup = |v: &str| host_env(v).map(|s| s.to_string_lossy().into_owned());
-    match Manifest::load_with_env(dir, &lookup) {
-        Ok(loaded) => {
-            let m = loaded.manifest;
-            let runtime = &m.settings.runtime;
-            let info = runtime_info(runtime);
-            let runtime_available = match runtime {
-                Runtime::Custom(p) => is_executable(p),
-                rt => runtimes.iter().any(|s| s.runtime == rt.label() && s.available),
-            };
-            let mut install_hint = info.install_hint.to_owned();
-            let mut missing_binaries = Vec::new();
-            for req in &m.requires {
-                if find_on_path(&req.binary, path).is_none() {
-                    missing_binaries.push(req.binary.clone());
-                    if let Some(hint) = &req.install_hint {
-                        install_hint.push_str(&format!("; {}: {hint}", req.binary));
-                    }
-                }
-            }
-            PluginStatus {
-                name: m.name,
-                runtime: runtime.label(),
-                runtime_available,
-                hooks_valid: true,
-                install_hint,
-                error: None,
-                missing_binaries,
+    let broken = |runtime: String, error: String| PluginStatus {
+        name: dir_name.clone(),
+        runtime,
+        runtime_available: false,
+        hooks_valid: false,
+        install_hint: String::new(),
+        error: Some(error),
+        missing_binaries: Vec::new(),
+    };
+    let (runner, _warnings) = match load_script_plugin(dir, cx) {
+        Ok(loaded) => loaded,
+        Err(e @ LoadError::WasmUnsupported(_)) => {
+            let mut status = broken("wasm".into(), e.to_string());
+            status.hooks_valid = true;
+            status.install_hint = runtime_info(&Runtime::Wasm).install_hint.to_owned();
+            return status;
+        }
+        Err(e) => return broken("unknown".into(), e.to_string()),
+    };
+    let plugin = runner.plugin();
+    let m = &plugin.manifest;
+    let info = runtime_info(&m.settings.runtime);
+    let runtime_available = !matches!(plugin.launcher, Launcher::Missing { .. });
+    // Every hook must turn into a command line (a native script must be
+    // executable or have a `#!` line, the launcher must exist).
+    let hook_error = m.hooks.iter().find_map(|(hook, script)| {
+        plugin.launcher.command_for(&script.path).err().map(|e| format!("hook `{hook}`: {e}"))
+    });
+    let path = (cx.host_env)("PATH");
+    let mut install_hint = info.install_hint.to_owned();
+    let mut missing_binaries = Vec::new();
+    for req in &m.requires {
+        if find_on_path(&req.binary, path.as_deref()).is_none() {
+            missing_binaries.push(req.binary.clone());
+            if let Some(hint) = &req.install_hint {
+                install_hint.push_str(&format!("; {}: {hint}", req.binary));
             }
         }
-        Err(e) => PluginStatus {
-            name: dir_name,
-            runtime: "unknown".into(),
-            runtime_available: false,
-            hooks_valid: false,
-            install_hint: String::new(),
-            error: Some(e.to_string()),
-            missing_binaries: Vec::new(),
-        },
+    }
+    PluginStatus {
+        name: m.name.clone(),
+        runtime: m.settings.runtime.label(),
+        runtime_available,
+        hooks_valid: hook_error.is_none() || !runtime_available,
+        install_hint,
+        error: if runtime_available { hook_error } else { None },
+        missing_binaries,
     }
 }

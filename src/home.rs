@@ -29,7 +29,12 @@ impl Home {
     pub fn resolve(overrides: HomeOverrides, env: &dyn Fn(&str) -> Option<String>) -> Home {
         let non_empty = |var: &str| env(var).filter(|v| !v.is_empty()).map(PathBuf::from);
         let root = overrides.home.or_else(|| non_empty("CTXHOST_HOME")).unwrap_or_else(|| {
-            let user_home = non_empty("HOME").unwrap_or_else(std::env::temp_dir);
+            // Never a shared directory such as /tmp: another user could plant
+            // plugins or a launcher cache there. Without HOME, ask the user
+            // database; without that, the current directory.
+            let user_home = non_empty("HOME")
+                .or_else(passwd_home)
+                .unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")));
             user_home.join(".ctxhost")
         });
         let plugins_dir =
@@ -86,6 +91,27 @@ impl Home {
     }
 }
 
+/// The current user's home directory from the user database.
+fn passwd_home() -> Option<PathBuf> {
+    use std::ffi::CStr;
+    use std::os::unix::ffi::OsStrExt;
+    let mut buf = vec![0 as libc::c_char; 4096];
+    // SAFETY: all-zero is a valid `passwd` (null pointers, zero ids); it is
+    // only read after getpwuid_r fills it.
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut result: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwuid_r writes into `pwd` and `buf` (its length is passed)
+    // and sets `result` to `&pwd` on success, or null.
+    let rc = unsafe { libc::getpwuid_r(libc::getuid(), &mut pwd, buf.as_mut_ptr(), buf.len(), &mut result) };
+    if rc != 0 || result.is_null() || pwd.pw_dir.is_null() {
+        return None;
+    }
+    // SAFETY: on success pw_dir points to a NUL-terminated string inside `buf`.
+    let dir = unsafe { CStr::from_ptr(pwd.pw_dir) };
+    let dir = PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes()));
+    dir.is_absolute().then_some(dir)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,5 +140,10 @@ mod tests {
 
         let h = Home::resolve(HomeOverrides::default(), &|v| (v == "HOME").then(|| "/u".to_owned()));
         assert_eq!(h.root(), Path::new("/u/.ctxhost"));
+
+        // No HOME: the user database, never the shared temp dir.
+        let h = Home::resolve(HomeOverrides::default(), &|_| None);
+        assert!(!h.root().starts_with(std::env::temp_dir()), "{}", h.root().display());
+        assert_eq!(h.root().file_name().unwrap(), ".ctxhost");
     }
 }

@@ -88,7 +88,18 @@ fn manifest_warnings_are_shown_but_the_hook_runs() {
 #[test]
 fn doctor_json_has_librefangs_shape() {
     let p = TestPlugin::bash("ingest", "echo '{}'\n", "");
-    write(&p.dir.parent().unwrap().join("broken/plugin.toml"), "name = \"broken\"\n");
+    let plugins = p.dir.parent().unwrap();
+    write(&plugins.join("broken/plugin.toml"), "name = \"broken\"\n");
+    write(
+        &plugins.join("comp/plugin.toml"),
+        "name = \"comp\"\nversion = \"1\"\n[hooks]\nruntime = \"wasm\"\ningest = \"hooks/x.wasm\"\n",
+    );
+    write(&plugins.join("comp/hooks/x.wasm"), "");
+    write(
+        &plugins.join("nat/plugin.toml"),
+        "name = \"nat\"\nversion = \"1\"\n[hooks]\nruntime = \"native\"\ningest = \"hooks/run\"\n",
+    );
+    write(&plugins.join("nat/hooks/run"), "not executable, no shebang");
     let a = ctxhost()
         .args(["--home"])
         .arg(&p.home)
@@ -107,12 +118,16 @@ fn doctor_json_has_librefangs_shape() {
         assert!(bash.get(key).is_some(), "{key}");
     }
     let plugins = report["plugins"].as_array().unwrap();
-    assert_eq!(plugins.len(), 2);
-    assert_eq!(plugins[0]["name"], "broken");
+    let names: Vec<&str> = plugins.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["broken", "comp", "nat", "t"]);
     assert_eq!(plugins[0]["hooks_valid"], false);
     assert!(plugins[0]["error"].as_str().unwrap().contains("key `version`: missing required key"));
+    assert_eq!((&plugins[1]["runtime"], &plugins[1]["runtime_available"]), (&Value::from("wasm"), &Value::from(false)));
+    assert!(plugins[1]["error"].as_str().unwrap().contains("cannot run yet"), "{}", plugins[1]);
+    assert_eq!(plugins[2]["hooks_valid"], false, "{}", plugins[2]);
+    assert!(plugins[2]["error"].as_str().unwrap().contains("neither executable nor a script"), "{}", plugins[2]);
     assert_eq!(
-        plugins[1],
+        plugins[3],
         serde_json::json!({"name":"t","runtime":"bash","runtime_available":true,"hooks_valid":true,
             "install_hint":"Install bash via your OS package manager (pre-installed on most Unix-like systems)"})
     );

@@ -53,6 +53,18 @@ fn bootstrap_gets_twice_the_timeout() {
 }
 
 #[test]
+fn a_bootstrap_timeout_reports_the_doubled_limit() {
+    let manifest = "name = \"t\"\nversion = \"1\"\n[hooks]\nruntime = \"bash\"\nhook_timeout_secs = 1\n\
+                    bootstrap = \"hooks/slow.sh\"\n";
+    let p = TestPlugin::new("t", &[("plugin.toml", manifest), ("hooks/slow.sh", "sleep 30\n")]);
+    let started = Instant::now();
+    let err = stderr(&p.hook("bootstrap", "{}").failure());
+    assert!(err.contains("error: Hook timed out after 2s"), "{err}");
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(4), "took {took:?}");
+}
+
+#[test]
 fn timeout_flag_overrides_the_manifest() {
     let p = TestPlugin::bash("ingest", "sleep 1.5\necho '{}'\n", "hook_timeout_secs = 1");
     let a = p.cmd().args(["hook", p.dir.to_str().unwrap(), "ingest", "--timeout-secs", "3"]).write_stdin("{}").assert();
@@ -85,6 +97,18 @@ fn a_background_grandchild_holding_stdout_does_not_delay_the_reply() {
     assert_eq!(reply(&a), serde_json::json!({"ok": 1}));
     let bg = pids(&p, &["bg.pid"])[0];
     assert!(dies_soon(bg), "the leftover background process {bg} was not cleaned up");
+}
+
+#[test]
+fn the_tmpdir_is_removed_after_a_timeout_and_when_the_hook_locked_parts_of_it() {
+    let p = TestPlugin::bash(
+        "ingest",
+        "mkdir \"$TMPDIR/ro\" && touch \"$TMPDIR/ro/f\" && chmod 500 \"$TMPDIR/ro\"\necho \"$TMPDIR\" > tmp.path\nsleep 30\n",
+        "hook_timeout_secs = 1",
+    );
+    p.hook("ingest", "{}").failure();
+    let tmp = std::fs::read_to_string(p.dir.join("tmp.path")).unwrap();
+    assert!(!std::path::Path::new(tmp.trim()).exists(), "{} still exists", tmp.trim());
 }
 
 #[test]

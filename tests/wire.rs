@@ -95,3 +95,26 @@ fn stderr_lines_are_streamed_to_the_log() {
     assert_eq!(lines.len(), 2, "{err}");
     assert!(lines[0].contains("first note") && lines[0].contains("plugin=\"t\"") && lines[0].contains("hook=ingest"));
 }
+
+#[test]
+fn stderr_lines_arrive_while_the_hook_still_runs() {
+    use std::io::BufRead;
+    use std::time::{Duration, Instant};
+    let p = TestPlugin::bash("ingest", "echo 'early note' >&2\nsleep 3\necho '{}'\n", "");
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("ctxhost"))
+        .arg("--home")
+        .arg(&p.home)
+        .args(["hook", p.dir.to_str().unwrap(), "ingest"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    let seen_after = started.elapsed();
+    assert!(line.contains("plugin_stderr") && line.contains("early note"), "{line}");
+    assert!(seen_after < Duration::from_millis(2500), "the line came only after {seen_after:?} (the hook sleeps 3 s)");
+    assert!(child.wait().unwrap().success());
+}

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::CliResult;
+use crate::config::HostConfig;
 use crate::doctor::{self, DoctorReport};
 use crate::home::Home;
 use crate::plugin::LoadContext;
@@ -26,7 +27,9 @@ pub struct DoctorArgs {
 }
 
 pub fn exec(args: DoctorArgs, home: &Home) -> CliResult {
-    let report = doctor::report(home.plugins_dir(), &LoadContext::process_env);
+    let (config, warnings) = HostConfig::load(home.config_file())?;
+    super::show_warnings(&warnings);
+    let report = doctor::report(&LoadContext { home, config: &config, host_env: &LoadContext::process_env });
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer(&mut out, &report)?;

@@ -9,6 +9,7 @@ mod env;
 mod exit;
 pub mod launcher;
 mod oneshot;
+pub mod probe;
 pub mod shim;
 
 use std::collections::BTreeMap;

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -155,33 +155,10 @@ fn fingerprint(q: &ShimQuery<'_>) -> Vec<Stamp> {
 /// Runs the shim with the query arguments, from the plugin dir, with the
 /// hook environment, bounded by [`QUERY_TIMEOUT`].
 fn ask(q: &ShimQuery<'_>) -> Result<PathBuf, String> {
-    let mut child = std::process::Command::new(q.shim)
-        .args(q.exe_query)
-        .env_clear()
-        .envs(q.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(q.plugin_dir)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot run `{}`: {e}", q.shim.display()))?;
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if started.elapsed() > QUERY_TIMEOUT => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("`{}` did not answer within {QUERY_TIMEOUT:?}", q.shim.display()));
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(2)),
-            Err(e) => return Err(format!("waiting for `{}`: {e}", q.shim.display())),
-        }
-    };
-    let mut out = String::new();
-    if let Some(mut stdout) = child.stdout.take() {
-        let _ = stdout.read_to_string(&mut out);
-    }
+    let mut cmd = std::process::Command::new(q.shim);
+    cmd.args(q.exe_query).env_clear().envs(q.env.iter().map(|(k, v)| (k, v))).current_dir(q.plugin_dir);
+    let output = super::probe::run(&mut cmd, QUERY_TIMEOUT)?;
+    let (status, out) = (output.status, String::from_utf8_lossy(&output.stdout).into_owned());
     if !status.success() {
         return Err(format!("`{} {}` failed ({status})", q.shim.display(), q.exe_query.join(" ")));
     }
