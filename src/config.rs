@@ -10,14 +10,97 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 /// Settings read from `config.toml`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct HostConfig {
     /// Host variables passed through to every hook (after the runtime's own).
     pub allowed_env_vars: Vec<String>,
     /// Per plugin: values overriding its `[config.*]` defaults.
     pub plugin_config: BTreeMap<String, Map<String, Value>>,
+    /// At most this many hook processes run at once, host-wide; more queue.
+    pub max_concurrent_hooks: usize,
+    pub context_engine: ContextEngineConfig,
+    pub memory: MemoryConfig,
 }
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            allowed_env_vars: Vec::new(),
+            plugin_config: BTreeMap::new(),
+            max_concurrent_hooks: 32,
+            context_engine: ContextEngineConfig::default(),
+            memory: MemoryConfig::default(),
+        }
+    }
+}
+
+/// `[context_engine]`, in LibreFang's shape.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct ContextEngineConfig {
+    /// One plugin (a stack of one).
+    pub plugin: Option<String>,
+    /// Several plugins, in order (overrides `plugin`).
+    pub plugin_stack: Vec<String>,
+    /// Order of recalled memories among the stack (higher first, default 1.0).
+    pub plugin_stack_weights: BTreeMap<String, f64>,
+    /// Manual hooks: a `[hooks]` table as in plugin.toml, paths relative to
+    /// the config file's directory.
+    pub hooks: Option<toml::Table>,
+    pub stable_prefix_mode: bool,
+    /// Caps the default recall only.
+    pub max_recall_results: usize,
+    pub context_window_tokens: u64,
+    /// `after_turn` text sent to plugins is cut to this many characters (0: no cut).
+    pub after_turn_text_limit: usize,
+}
+
+impl Default for ContextEngineConfig {
+    fn default() -> Self {
+        ContextEngineConfig {
+            plugin: None,
+            plugin_stack: Vec::new(),
+            plugin_stack_weights: BTreeMap::new(),
+            hooks: None,
+            stable_prefix_mode: false,
+            max_recall_results: 5,
+            context_window_tokens: 128_000,
+            after_turn_text_limit: 500,
+        }
+    }
+}
+
+impl ContextEngineConfig {
+    /// The plugins of the stack, in order: `plugin_stack`, else `plugin`.
+    pub fn stack(&self) -> Vec<String> {
+        if !self.plugin_stack.is_empty() { self.plugin_stack.clone() } else { self.plugin.iter().cloned().collect() }
+    }
+
+    /// A plugin's weight in the stack (default 1.0).
+    pub fn weight(&self, plugin: &str) -> f64 {
+        self.plugin_stack_weights.get(plugin).copied().unwrap_or(1.0)
+    }
+}
+
+/// `[memory]`: the built-in memory.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct MemoryConfig {
+    /// The database file [default: `<home>/memory.db`].
+    pub path: Option<std::path::PathBuf>,
+}
+
+const ENGINE_KEYS: &[&str] = &[
+    "plugin",
+    "plugin_stack",
+    "plugin_stack_weights",
+    "hooks",
+    "stable_prefix_mode",
+    "max_recall_results",
+    "context_window_tokens",
+    "after_turn_text_limit",
+];
 
 /// A config.toml that could not be read or parsed.
 #[derive(Debug, thiserror::Error)]
@@ -27,7 +110,7 @@ pub struct ConfigError {
     pub reason: String,
 }
 
-const KNOWN_KEYS: &[&str] = &["allowed_env_vars", "plugin_config"];
+const KNOWN_KEYS: &[&str] = &["allowed_env_vars", "plugin_config", "max_concurrent_hooks", "context_engine", "memory"];
 
 impl HostConfig {
     /// Reads `file`; a missing file yields the defaults. Returns the config
@@ -53,6 +136,16 @@ impl HostConfig {
             }
             known
         });
+        if let Some(toml::Value::Table(engine)) = table.get_mut("context_engine") {
+            engine.retain(|key, _| {
+                let known = ENGINE_KEYS.contains(&key);
+                if !known {
+                    let hint = crate::hint::did_you_mean(key, ENGINE_KEYS.iter().copied());
+                    warnings.push(format!("{}: unknown key `context_engine.{key}` is ignored{hint}", file.display()));
+                }
+                known
+            });
+        }
         let config = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| fail(e.to_string()))?;
         Ok((config, warnings))
     }
@@ -80,6 +173,24 @@ mod tests {
             w[0].ends_with("unknown key `allowed_env_var` is ignored; did you mean `allowed_env_vars`?"),
             "{}",
             w[0]
+        );
+
+        std::fs::write(
+            &file,
+            "max_concurrent_hooks = 4\n[context_engine]\nplugin_stack = [\"a\", \"b\"]\nplugin = \"c\"\n\
+             plugin_stack_weights = { b = 2.0 }\nmax_recal_results = 3\n[memory]\npath = \"/m.db\"\n",
+        )
+        .unwrap();
+        let (c, w) = HostConfig::load(&file).unwrap();
+        assert_eq!(c.max_concurrent_hooks, 4);
+        assert_eq!(c.context_engine.stack(), ["a", "b"], "plugin_stack overrides plugin");
+        assert_eq!((c.context_engine.weight("a"), c.context_engine.weight("b")), (1.0, 2.0));
+        assert_eq!(c.context_engine.max_recall_results, 5);
+        assert_eq!(c.memory.path.as_deref(), Some(Path::new("/m.db")));
+        assert_eq!(w.len(), 1);
+        assert!(
+            w[0].ends_with("`context_engine.max_recal_results` is ignored; did you mean `max_recall_results`?"),
+            "{w:?}"
         );
 
         std::fs::write(&file, "allowed_env_vars = [\n").unwrap();
