@@ -50,5 +50,6 @@ pub mod doctor;
 pub mod engine;
 mod hint;
 pub mod home;
+pub mod metrics;
 pub mod plugin;
 pub mod runner;

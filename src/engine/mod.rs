@@ -34,6 +34,7 @@
 //! ```
 
 pub mod default;
+pub mod layer;
 
 use crate::protocol::{
     AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, IngestRequest, Message, SubagentRequest,

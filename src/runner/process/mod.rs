@@ -164,16 +164,6 @@ impl ProcessRunner {
         &self.plugin
     }
 
-    /// Applies a bootstrap reply's `env_overrides` to later calls; returns a
-    /// warning per refused key.
-    pub fn set_env_overrides(&self, overrides: BTreeMap<String, String>) -> Vec<String> {
-        let (kept, warnings) = self.plugin.env.filter_overrides(overrides);
-        if let Ok(mut slot) = self.overrides.write() {
-            *slot = kept;
-        }
-        warnings
-    }
-
     async fn call_inner(&self, request: &HookRequest, options: &CallOptions) -> Result<Value, HookError> {
         let manifest = &self.plugin.manifest;
         let hook = request.hook();

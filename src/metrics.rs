@@ -1,0 +1,159 @@
+//! Per plugin, per hook counters and a latency histogram, shared by every
+//! plugin kind. Recording is a short lock; views are computed on demand.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::protocol::HookName;
+
+/// Upper bounds of the latency buckets, in milliseconds (the last is open).
+const BUCKETS_MS: [f64; 16] =
+    [0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 30000.0];
+
+/// How one call of one plugin's hook ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallOutcome {
+    Success,
+    /// Failed, and the engine used the built-in behaviour (or the next layer).
+    Fallback,
+    /// Failed, and the failure was passed on (`abort`).
+    Failure,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Stats {
+    calls: u64,
+    successes: u64,
+    failures: u64,
+    fallbacks: u64,
+    total_ms: f64,
+    buckets: [u64; BUCKETS_MS.len() + 1],
+}
+
+/// The metrics of one plugin's hook.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HookMetrics {
+    pub calls: u64,
+    pub successes: u64,
+    /// Every failed call (fallbacks included).
+    pub failures: u64,
+    pub fallbacks: u64,
+    pub total_ms: f64,
+    /// Upper bounds from the histogram buckets.
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// LibreFang's flat per-hook view (spec section 9), summed over plugins.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FlatHookMetrics {
+    pub calls: u64,
+    pub successes: u64,
+    pub failures: u64,
+    pub total_ms: f64,
+}
+
+/// All metrics of an engine.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    stats: Mutex<BTreeMap<(String, HookName), Stats>>,
+}
+
+impl Metrics {
+    pub fn record(&self, plugin: &str, hook: HookName, elapsed: Duration, outcome: CallOutcome) {
+        let ms = elapsed.as_secs_f64() * 1e3;
+        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        let s = stats.entry((plugin.to_owned(), hook)).or_default();
+        s.calls += 1;
+        match outcome {
+            CallOutcome::Success => s.successes += 1,
+            CallOutcome::Fallback => {
+                s.failures += 1;
+                s.fallbacks += 1;
+            }
+            CallOutcome::Failure => s.failures += 1,
+        }
+        s.total_ms += ms;
+        let bucket = BUCKETS_MS.iter().position(|&b| ms <= b).unwrap_or(BUCKETS_MS.len());
+        s.buckets[bucket] += 1;
+    }
+
+    /// `plugin -> hook -> metrics`.
+    pub fn by_plugin(&self) -> BTreeMap<String, BTreeMap<String, HookMetrics>> {
+        let stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: BTreeMap<String, BTreeMap<String, HookMetrics>> = BTreeMap::new();
+        for ((plugin, hook), s) in stats.iter() {
+            out.entry(plugin.clone()).or_default().insert(hook.as_str().to_owned(), view(s));
+        }
+        out
+    }
+
+    /// `hook -> {calls, successes, failures, total_ms}` summed over plugins;
+    /// empty when nothing was called.
+    pub fn flat(&self) -> BTreeMap<String, FlatHookMetrics> {
+        let stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: BTreeMap<String, FlatHookMetrics> = BTreeMap::new();
+        for ((_, hook), s) in stats.iter() {
+            let e = out.entry(hook.as_str().to_owned()).or_insert(FlatHookMetrics {
+                calls: 0,
+                successes: 0,
+                failures: 0,
+                total_ms: 0.0,
+            });
+            e.calls += s.calls;
+            e.successes += s.successes;
+            e.failures += s.failures;
+            e.total_ms += s.total_ms;
+        }
+        out
+    }
+}
+
+fn view(s: &Stats) -> HookMetrics {
+    let quantile = |q: f64| {
+        let target = (q * s.calls as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, n) in s.buckets.iter().enumerate() {
+            seen += n;
+            if seen >= target {
+                return BUCKETS_MS.get(i).copied().unwrap_or(f64::INFINITY);
+            }
+        }
+        0.0
+    };
+    HookMetrics {
+        calls: s.calls,
+        successes: s.successes,
+        failures: s.failures,
+        fallbacks: s.fallbacks,
+        total_ms: s.total_ms,
+        p50_ms: quantile(0.5),
+        p90_ms: quantile(0.9),
+        p99_ms: quantile(0.99),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_percentiles() {
+        let m = Metrics::default();
+        for i in 0..100 {
+            let outcome = if i < 90 { CallOutcome::Success } else { CallOutcome::Fallback };
+            m.record("p", HookName::Ingest, Duration::from_micros(if i < 90 { 800 } else { 40_000 }), outcome);
+        }
+        m.record("q", HookName::Ingest, Duration::from_millis(3), CallOutcome::Failure);
+        let v = &m.by_plugin()["p"]["ingest"];
+        assert_eq!((v.calls, v.successes, v.failures, v.fallbacks), (100, 90, 10, 10));
+        assert_eq!((v.p50_ms, v.p90_ms, v.p99_ms), (1.0, 1.0, 50.0));
+        let flat = &m.flat()["ingest"];
+        assert_eq!((flat.calls, flat.successes, flat.failures), (101, 90, 11));
+        assert!(m.flat().get("assemble").is_none());
+    }
+}
