@@ -30,6 +30,9 @@ pub struct LayerFailure {
     pub message: String,
 }
 
+/// A cached reply's key: the hook and the SHA-256 of the request line.
+type CacheKey = (HookName, [u8; 32]);
+
 /// One plugin with its policies.
 pub struct Layer {
     name: String,
@@ -37,7 +40,7 @@ pub struct Layer {
     settings: ExecSettings,
     hooks: BTreeSet<HookName>,
     breaker: Mutex<Breaker>,
-    cache: Mutex<HashMap<(HookName, [u8; 32]), (Instant, Value)>>,
+    cache: Mutex<HashMap<CacheKey, (Instant, Value)>>,
     limiter: Arc<Semaphore>,
     after_turn_slots: Arc<Semaphore>,
     metrics: Arc<Metrics>,
@@ -195,7 +198,7 @@ impl Layer {
         LayerFailure { plugin: self.name.clone(), hook, policy: self.settings.on_hook_failure, message }
     }
 
-    fn cached(&self, key: &(HookName, [u8; 32]), ttl: Duration) -> Option<Value> {
+    fn cached(&self, key: &CacheKey, ttl: Duration) -> Option<Value> {
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         match cache.get(key) {
             Some((at, value)) if at.elapsed() < ttl => Some(value.clone()),
