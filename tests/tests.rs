@@ -7,6 +7,7 @@
 //! - `env`: what a hook's environment holds, and what it must not.
 //! - `launchers`: launcher lookup, shims, custom and native launchers.
 //! - `cli`: `ctxhost hook` and `ctxhost doctor` as a user runs them.
+//! - `stack`: the engine over a stack of plugins, with LibreFang-style fixtures.
 
 mod util;
 
@@ -16,4 +17,5 @@ mod launchers;
 mod limits;
 mod manifest;
 mod runtimes;
+mod stack;
 mod wire;

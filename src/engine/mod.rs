@@ -35,6 +35,8 @@
 
 pub mod default;
 pub mod layer;
+pub mod repair;
+pub mod stack;
 
 use crate::protocol::{
     AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, IngestRequest, Message, SubagentRequest,
@@ -61,6 +63,9 @@ pub enum EngineError {
     Summary(String),
     #[error("background task failed: {0}")]
     Task(String),
+    /// A plugin failed and its `on_hook_failure` is `abort`.
+    #[error("plugin '{}' failed in `{}` (abort policy): {}", .0.plugin, .0.hook, .0.message)]
+    Plugin(layer::LayerFailure),
 }
 
 /// The eight hooks of an agent's turn.

@@ -33,4 +33,11 @@ pub trait Runner: Send + Sync {
         request: &'a HookRequest,
         options: &'a CallOptions,
     ) -> BoxFuture<'a, Result<Value, HookError>>;
+
+    /// Applies a bootstrap reply's `env_overrides` to later calls; returns a
+    /// warning per refused key. Runners without an environment ignore them.
+    fn set_env_overrides(&self, overrides: std::collections::BTreeMap<String, String>) -> Vec<String> {
+        let _ = overrides;
+        Vec::new()
+    }
 }

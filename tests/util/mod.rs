@@ -10,6 +10,8 @@ use tempfile::TempDir;
 
 pub mod examples;
 
+pub use examples::repo_root;
+
 /// A plugin written into a fresh temporary plugins dir.
 pub struct TestPlugin {
     pub root: TempDir,

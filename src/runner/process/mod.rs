@@ -228,4 +228,12 @@ impl Runner for ProcessRunner {
     ) -> BoxFuture<'a, Result<Value, HookError>> {
         Box::pin(self.call_inner(request, options))
     }
+
+    fn set_env_overrides(&self, overrides: BTreeMap<String, String>) -> Vec<String> {
+        let (kept, warnings) = self.plugin.env.filter_overrides(overrides);
+        if let Ok(mut slot) = self.overrides.write() {
+            *slot = kept;
+        }
+        warnings
+    }
 }

@@ -1,0 +1,395 @@
+//! The plugin engine: a stack of plugin layers over the built-in engine,
+//! combined per hook as in spec section 8. A single `plugin` is a stack of one.
+//!
+//! | hook | behaviour |
+//! |---|---|
+//! | bootstrap | every layer in order; a failure is logged, the rest still run |
+//! | ingest | layers concurrently; memories after the default recall (run once), by weight |
+//! | assemble, compact | in order; the first non-empty success wins, else the default |
+//! | transform_tool_result | in order; the first rewrite wins; errors move on |
+//! | after_turn | default store, then every layer fire-and-forget (bounded per layer) |
+//! | prepare/merge_subagent | in order |
+//!
+//! A layer's failure follows its `on_hook_failure`: `warn` logs and falls
+//! back, `skip` falls back silently, `abort` fails the call.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::task::JoinHandle;
+
+use super::default::DefaultEngine;
+use super::default::compact::{Compacted, SummaryRequest};
+use super::layer::{Layer, LayerFailure};
+use super::repair::repair_assembled;
+use super::{ContextEngine, EngineError, Recalled};
+use crate::manifest::FailurePolicy;
+use crate::metrics::Metrics;
+use crate::protocol::{
+    AfterTurnReply, AfterTurnRequest, AssembleReply, AssembleRequest, Block, BootstrapReply, BootstrapRequest,
+    CompactReply, CompactRequest, Content, HookRequest, IngestReply, IngestRequest, Message, Role, SubagentRequest,
+    TransformReply, TransformToolResultRequest,
+};
+use crate::runner::BoxFuture;
+
+/// Engine-wide settings of the stack.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StackSettings {
+    pub stable_prefix_mode: bool,
+    /// `after_turn` text sent to plugins is cut to this many characters (0: no cut).
+    pub after_turn_text_limit: usize,
+}
+
+impl Default for StackSettings {
+    fn default() -> Self {
+        StackSettings { stable_prefix_mode: false, after_turn_text_limit: 500 }
+    }
+}
+
+/// A layer and its weight for ordering recalled memories.
+pub struct StackLayer {
+    pub layer: Arc<Layer>,
+    pub weight: f64,
+}
+
+/// Plugins over the built-in engine.
+pub struct StackEngine {
+    default: DefaultEngine,
+    layers: Vec<StackLayer>,
+    settings: StackSettings,
+    metrics: Arc<Metrics>,
+    pending: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl StackEngine {
+    pub fn new(
+        default: DefaultEngine,
+        layers: Vec<StackLayer>,
+        settings: StackSettings,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        StackEngine { default, layers, settings, metrics, pending: Mutex::new(Vec::new()) }
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    pub fn default_engine(&self) -> &DefaultEngine {
+        &self.default
+    }
+
+    pub fn layer_names(&self) -> Vec<&str> {
+        self.layers.iter().map(|l| l.layer.name()).collect()
+    }
+
+    /// Waits for every fire-and-forget `after_turn` started so far.
+    pub async fn settle(&self) {
+        loop {
+            let handles: Vec<JoinHandle<()>> =
+                std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()));
+            if handles.is_empty() {
+                return;
+            }
+            for h in handles {
+                let _ = h.await;
+            }
+        }
+    }
+
+    /// `Err` for `abort`, else logs (`warn`) and lets the caller fall back.
+    fn handle(failure: LayerFailure) -> Result<(), EngineError> {
+        match failure.policy {
+            FailurePolicy::Abort => Err(EngineError::Plugin(failure)),
+            FailurePolicy::Warn => {
+                tracing::warn!(plugin = %failure.plugin, hook = %failure.hook, "{}; using the fallback", failure.message);
+                Ok(())
+            }
+            FailurePolicy::Skip => Ok(()),
+        }
+    }
+}
+
+/// `text` cut to `limit` characters (0: whole).
+fn cut(text: &str, limit: usize) -> String {
+    if limit == 0 { text.to_owned() } else { text.chars().take(limit).collect() }
+}
+
+/// The messages of an after_turn as plugins get them: text cut to the limit.
+fn cut_messages(messages: &[Message], limit: usize) -> Vec<Message> {
+    messages
+        .iter()
+        .cloned()
+        .map(|mut m| {
+            match &mut m.content {
+                Content::Text(t) => *t = cut(t, limit),
+                Content::Blocks(bs) => {
+                    for b in bs {
+                        if let Block::Text(t) = b {
+                            t.text = cut(&t.text, limit);
+                        }
+                    }
+                }
+            }
+            m
+        })
+        .collect()
+}
+
+impl ContextEngine for StackEngine {
+    fn bootstrap<'a>(&'a self, request: &'a BootstrapRequest) -> BoxFuture<'a, Result<(), EngineError>> {
+        Box::pin(async move {
+            self.default.bootstrap(request).await?;
+            let req = HookRequest::Bootstrap(request.clone());
+            for l in &self.layers {
+                match l.layer.call(&req).await {
+                    Ok(Some(reply)) => match BootstrapReply::from_value(&reply) {
+                        Ok(b) if !b.env_overrides.is_empty() => {
+                            for w in l.layer.runner().set_env_overrides(b.env_overrides) {
+                                tracing::warn!(plugin = %l.layer.name(), "{w}");
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(plugin = %l.layer.name(), "bootstrap reply ignored: {e}"),
+                    },
+                    Ok(None) => {}
+                    // Bootstrap never stops the start: every failure is only logged.
+                    Err(f) => tracing::warn!(plugin = %f.plugin, "bootstrap failed: {}", f.message),
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn ingest<'a>(&'a self, request: &'a IngestRequest) -> BoxFuture<'a, Result<Vec<Recalled>, EngineError>> {
+        Box::pin(async move {
+            let mut recalled = self.default.ingest(request).await?;
+            if self.settings.stable_prefix_mode {
+                return Ok(recalled);
+            }
+            let req = HookRequest::Ingest(request.clone());
+            let req = &req;
+            let calls = self.layers.iter().map(|l| async move { (l, l.layer.call(req).await) });
+            let mut results = futures_join_all(calls).await;
+            // Highest weight first; the stack order breaks ties.
+            results.sort_by(|(a, _), (b, _)| b.weight.total_cmp(&a.weight));
+            for (l, result) in results {
+                match result {
+                    Ok(Some(reply)) => match IngestReply::from_value(&reply) {
+                        Ok(r) => recalled.extend(
+                            r.memories
+                                .into_iter()
+                                .map(|m| Recalled { content: m.content, source: l.layer.name().to_owned() }),
+                        ),
+                        Err(e) => Self::handle(l.layer.reject_reply(req.hook(), &e.to_string()))?,
+                    },
+                    Ok(None) => {}
+                    Err(f) => Self::handle(f)?,
+                }
+            }
+            Ok(recalled)
+        })
+    }
+
+    fn assemble<'a>(&'a self, request: &'a AssembleRequest) -> BoxFuture<'a, Result<Vec<Message>, EngineError>> {
+        Box::pin(async move {
+            let req = HookRequest::Assemble(request.clone());
+            for l in &self.layers {
+                match l.layer.call(&req).await {
+                    Ok(Some(reply)) => match AssembleReply::from_value(&reply) {
+                        Ok(r) if !r.messages.is_empty() => {
+                            let (messages, warnings) = repair_assembled(r.messages, &request.messages);
+                            for w in warnings {
+                                tracing::warn!(plugin = %l.layer.name(), "{w}");
+                            }
+                            return Ok(messages);
+                        }
+                        Ok(_) => {}
+                        Err(e) => Self::handle(l.layer.reject_reply(req.hook(), &e.to_string()))?,
+                    },
+                    Ok(None) => {}
+                    Err(f) => Self::handle(f)?,
+                }
+            }
+            self.default.assemble(request).await
+        })
+    }
+
+    fn compact<'a>(&'a self, request: &'a CompactRequest) -> BoxFuture<'a, Result<Compacted, EngineError>> {
+        Box::pin(async move {
+            let req = HookRequest::Compact(request.clone());
+            for l in &self.layers {
+                match l.layer.call(&req).await {
+                    Ok(Some(reply)) => match CompactReply::from_value(&reply) {
+                        Ok(CompactReply::Messages { messages, summary }) if !messages.is_empty() => {
+                            return Ok(Compacted { messages, summary });
+                        }
+                        Ok(CompactReply::RequestLlmSummary(d)) if !d.summarize.is_empty() => {
+                            let summary = self
+                                .default
+                                .summarizer()
+                                .summarize(SummaryRequest {
+                                    prompt: d.prompt.as_deref(),
+                                    messages: &d.summarize,
+                                    max_tokens: d.max_tokens,
+                                })
+                                .await
+                                .map_err(EngineError::Summary)?;
+                            let mut messages = vec![Message::text(Role::User, summary.clone())];
+                            messages.extend(d.keep);
+                            return Ok(Compacted { messages, summary: Some(summary) });
+                        }
+                        Ok(_) => {}
+                        Err(e) => Self::handle(l.layer.reject_reply(req.hook(), &e.to_string()))?,
+                    },
+                    Ok(None) => {}
+                    Err(f) => Self::handle(f)?,
+                }
+            }
+            self.default.compact(request).await
+        })
+    }
+
+    fn after_turn<'a>(&'a self, request: &'a AfterTurnRequest) -> BoxFuture<'a, Result<(), EngineError>> {
+        Box::pin(async move {
+            self.default.after_turn(request).await?;
+            let mut for_plugins = request.clone();
+            for_plugins.messages = cut_messages(&request.messages, self.settings.after_turn_text_limit);
+            let req = Arc::new(HookRequest::AfterTurn(for_plugins));
+            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            pending.retain(|h| !h.is_finished());
+            for l in &self.layers {
+                if !l.layer.declares(req.hook()) || !l.layer.admits(&req) {
+                    continue;
+                }
+                let Some(slot) = l.layer.after_turn_slot() else {
+                    tracing::warn!(plugin = %l.layer.name(), "after_turn queue is full; this turn is not sent to the plugin");
+                    continue;
+                };
+                let (layer, req, default) = (l.layer.clone(), req.clone(), self.default.clone());
+                let agent = request.agent_id.clone();
+                pending.push(tokio::spawn(async move {
+                    let _slot = slot;
+                    match layer.call(&req).await {
+                        Ok(Some(reply)) => {
+                            let memories = AfterTurnReply::from_value(&reply).map(|r| r.memories).unwrap_or_default();
+                            if !memories.is_empty()
+                                && let Err(e) = default.store_plugin_memories(&agent, &memories, layer.name()).await
+                            {
+                                tracing::warn!(plugin = %layer.name(), "could not store the plugin's memories: {e}");
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(f) if f.policy == FailurePolicy::Skip => {}
+                        Err(f) => tracing::warn!(plugin = %f.plugin, "after_turn failed: {}", f.message),
+                    }
+                }));
+            }
+            Ok(())
+        })
+    }
+
+    fn transform_tool_result<'a>(
+        &'a self,
+        request: &'a TransformToolResultRequest,
+    ) -> BoxFuture<'a, Result<String, EngineError>> {
+        Box::pin(async move {
+            let req = HookRequest::TransformToolResult(request.clone());
+            for l in &self.layers {
+                match l.layer.call(&req).await {
+                    Ok(Some(reply)) => {
+                        if let TransformReply::Rewrite(text) = TransformReply::from_value(&reply) {
+                            return Ok(text);
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(f) => Self::handle(f)?,
+                }
+            }
+            self.default.transform_tool_result(request).await
+        })
+    }
+
+    fn prepare_subagent<'a>(&'a self, request: &'a SubagentRequest) -> BoxFuture<'a, Result<(), EngineError>> {
+        Box::pin(self.subagent(HookRequest::PrepareSubagent(request.clone())))
+    }
+
+    fn merge_subagent<'a>(&'a self, request: &'a SubagentRequest) -> BoxFuture<'a, Result<(), EngineError>> {
+        Box::pin(self.subagent(HookRequest::MergeSubagent(request.clone())))
+    }
+}
+
+impl StackEngine {
+    async fn subagent(&self, req: HookRequest) -> Result<(), EngineError> {
+        for l in &self.layers {
+            if let Err(f) = l.layer.call(&req).await {
+                Self::handle(f)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs futures concurrently on the current task and returns their outputs in order.
+async fn futures_join_all<F: std::future::Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut set: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = (0..set.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut done = true;
+        for (i, f) in set.iter_mut().enumerate() {
+            if out[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => out[i] = Some(v),
+                    std::task::Poll::Pending => done = false,
+                }
+            }
+        }
+        if done { std::task::Poll::Ready(()) } else { std::task::Poll::Pending }
+    })
+    .await;
+    out.into_iter().flatten().collect()
+}
+
+/// Builds the engine `config.toml` describes: the built-in engine (memory at
+/// `[memory] path`, default `<home>/memory.db`) under the layers of
+/// `[context_engine] plugin_stack` (or `plugin`), looked up in the plugins
+/// dir. A layer that fails to load is left out with a warning; the rest of
+/// the stack works. Returns the engine and the warnings.
+///
+/// # Errors
+/// Only when the memory database cannot be opened.
+pub fn load_stack(cx: &crate::plugin::LoadContext<'_>) -> Result<(StackEngine, Vec<String>), EngineError> {
+    use super::default::DefaultSettings;
+    let engine_config = &cx.config.context_engine;
+    let db = cx.config.memory.path.clone().unwrap_or_else(|| cx.home.root().join("memory.db"));
+    let default = DefaultEngine::open(
+        &db,
+        DefaultSettings {
+            context_window_tokens: engine_config.context_window_tokens,
+            max_recall_results: engine_config.max_recall_results,
+            stable_prefix_mode: engine_config.stable_prefix_mode,
+        },
+    )?;
+    let limiter = Arc::new(tokio::sync::Semaphore::new(cx.config.max_concurrent_hooks.max(1)));
+    let metrics = Arc::new(Metrics::default());
+    let mut warnings = Vec::new();
+    let mut layers = Vec::new();
+    for name in engine_config.stack() {
+        let dir = cx.home.plugins_dir().join(&name);
+        match crate::plugin::load_script_plugin(&dir, cx) {
+            Ok((runner, load_warnings)) => {
+                warnings.extend(load_warnings.into_iter().map(|w| format!("plugin '{name}': {w}")));
+                let manifest = &runner.plugin().manifest;
+                let (settings, hooks) = (manifest.settings.clone(), manifest.hooks.keys().copied().collect());
+                let layer =
+                    Layer::new(name.clone(), Arc::new(runner), settings, hooks, limiter.clone(), metrics.clone());
+                layers.push(StackLayer { layer: Arc::new(layer), weight: engine_config.weight(&name) });
+            }
+            Err(e) => warnings.push(format!("plugin '{name}' is left out of the stack: {e}")),
+        }
+    }
+    let settings = StackSettings {
+        stable_prefix_mode: engine_config.stable_prefix_mode,
+        after_turn_text_limit: engine_config.after_turn_text_limit,
+    };
+    Ok((StackEngine::new(default, layers, settings, metrics), warnings))
+}
