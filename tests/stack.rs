@@ -58,7 +58,7 @@ impl World {
     }
 
     fn config(&self, toml: &str) {
-        write(&self.home().config_file().to_path_buf(), toml);
+        write(self.home().config_file(), toml);
     }
 
     fn engine(&self) -> (StackEngine, Vec<String>) {
