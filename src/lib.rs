@@ -53,3 +53,4 @@ pub mod home;
 pub mod metrics;
 pub mod plugin;
 pub mod runner;
+pub mod session;

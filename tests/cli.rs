@@ -154,3 +154,46 @@ fn help_has_examples() {
     let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
     assert!(out.contains("Examples:") && out.contains("--timeout-secs"), "{out}");
 }
+
+#[test]
+fn demo_runs_the_bundled_stack_and_reports_json() {
+    crate::util::require_program("python3", "python3");
+    let a = ctxhost().args(["demo", "--json"]).assert().success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 6, "five turns and the metrics: {out}");
+    let turn4 = &lines[3];
+    assert_eq!(turn4["turn"], 4);
+    let sources: Vec<&str> =
+        turn4["memories"].as_array().unwrap().iter().map(|m| m["source"].as_str().unwrap()).collect();
+    assert!(
+        sources.contains(&"default") && sources.contains(&"python-memory") && sources.contains(&"bash-memory"),
+        "{sources:?}"
+    );
+    let tool_results = lines[2]["tool_results"].as_array().unwrap();
+    assert_eq!(tool_results.len(), 1);
+    for key in ["assembled", "compacted", "elapsed_ms"] {
+        assert!(turn4.get(key).is_some(), "{key}");
+    }
+    assert_eq!(lines[5]["metrics"]["hooks"]["ingest"]["calls"], 10);
+}
+
+#[test]
+fn run_reads_a_transcript_and_names_a_bad_line() {
+    let p = TestPlugin::bash("ingest", "echo '{\"memories\":[{\"content\":\"from t\"}]}'\n", "");
+    write(&p.home.join("config.toml"), "[context_engine]\nplugin = \"t\"\n");
+    let plugins = p.dir.parent().unwrap().to_str().unwrap().to_owned();
+    let transcript = p.root.path().join("chat.jsonl");
+    write(&transcript, "{\"user\":\"hello\",\"assistant\":\"hi\"}\n{\"user\":\"hello again\",\"assistant\":\"yes\"}\n");
+    let a =
+        p.cmd().args(["--plugins-dir", &plugins, "run", "--json", "--transcript"]).arg(&transcript).assert().success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    let first: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(first["memories"], serde_json::json!([{"content": "from t", "source": "t"}]));
+    let second: Value = serde_json::from_str(out.lines().nth(1).unwrap()).unwrap();
+    assert!(second["memories"].as_array().unwrap().iter().any(|m| m["source"] == "default" && m["content"] == "hello"));
+
+    write(&transcript, "{\"user\":\"hello\",\"assistant\":\"hi\"}\n{\"user\":\"oops\"}\n");
+    let a = p.cmd().args(["run", "--transcript"]).arg(&transcript).assert().failure().code(1);
+    assert_eq!(stderr(&a), "error: transcript line 2: missing field `assistant` at line 1 column 15\n");
+}

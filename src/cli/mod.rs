@@ -4,6 +4,7 @@
 
 mod doctor;
 mod hook;
+mod run;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -50,12 +51,16 @@ pub struct Cli {
 enum Command {
     Hook(hook::HookArgs),
     Doctor(doctor::DoctorArgs),
+    Run(run::RunArgs),
+    Demo(run::DemoArgs),
 }
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose);
+    // A single hook run shows the plugin's stderr; whole runs keep it for -v.
+    let plugin_stderr = matches!(cli.command, Command::Hook(_));
+    init_logging(cli.verbose, plugin_stderr);
     let home =
         Home::resolve(HomeOverrides { home: cli.home, plugins_dir: cli.plugins_dir, config: cli.config }, &|v| {
             std::env::var(v).ok()
@@ -63,6 +68,8 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Hook(args) => hook::exec(args, &home),
         Command::Doctor(args) => doctor::exec(args, &home),
+        Command::Run(args) => run::exec(args, &home),
+        Command::Demo(args) => run::demo(args),
     };
     match result {
         Ok(code) => code,
@@ -91,14 +98,15 @@ fn is_broken_pipe(err: &(dyn std::error::Error + 'static)) -> bool {
     err.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
-/// Logs go to stderr. Plugin stderr (target `plugin_stderr`) is shown by
-/// default, host messages from `warn` up.
-fn init_logging(verbose: u8) {
+/// Logs go to stderr: host messages from `warn` up, and for `hook` also the
+/// plugin's stderr (target `plugin_stderr`); `-v` shows both everywhere.
+fn init_logging(verbose: u8, plugin_stderr: bool) {
     use tracing_subscriber::EnvFilter;
     let filter = match std::env::var("RUST_LOG") {
         Ok(spec) if !spec.is_empty() => EnvFilter::new(spec),
         _ => EnvFilter::new(match verbose {
-            0 => "warn,plugin_stderr=info",
+            0 if plugin_stderr => "warn,plugin_stderr=info",
+            0 => "warn",
             1 => "info",
             2 => "debug",
             _ => "trace",
