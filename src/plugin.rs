@@ -52,7 +52,21 @@ impl LoadContext<'_> {
 /// or a runtime this build cannot run.
 pub fn load_script_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<(ProcessRunner, Vec<String>), LoadError> {
     let lookup = |var: &str| (cx.host_env)(var).map(|v| v.to_string_lossy().into_owned());
-    let manifest::Loaded { manifest, mut warnings } = Manifest::load_with_env(dir, &lookup)?;
+    script_runner(Manifest::load_with_env(dir, &lookup)?, cx)
+}
+
+/// LibreFang's manual hooks (`[context_engine.hooks]` of the config file) as
+/// a script plugin named `hooks`, paths relative to the config file.
+///
+/// # Errors
+/// As for [`load_script_plugin`].
+pub fn load_manual_hooks(hooks: &toml::Table, cx: &LoadContext<'_>) -> Result<(ProcessRunner, Vec<String>), LoadError> {
+    let lookup = |var: &str| (cx.host_env)(var).map(|v| v.to_string_lossy().into_owned());
+    script_runner(Manifest::from_manual_hooks(cx.home.config_file(), "hooks", hooks, &lookup)?, cx)
+}
+
+fn script_runner(loaded: manifest::Loaded, cx: &LoadContext<'_>) -> Result<(ProcessRunner, Vec<String>), LoadError> {
+    let manifest::Loaded { manifest, mut warnings } = loaded;
     if manifest.settings.runtime == Runtime::Wasm {
         return Err(LoadError::WasmUnsupported(manifest.name));
     }

@@ -319,3 +319,104 @@ fn after_turn_text_is_cut_for_plugins_and_runs_in_the_background() {
     assert_eq!(seen["messages"][0]["content"], "01234");
     assert_eq!(seen["messages"][1]["content"], "abcde");
 }
+
+#[test]
+fn manual_hooks_from_the_config_file_form_a_layer() {
+    let w = World::new();
+    write(&w.home().root().join("my-hooks/ingest.sh"), "echo '{\"memories\":[{\"content\":\"manual\"}]}'\n");
+    w.config("[context_engine.hooks]\nruntime = \"bash\"\ningest = \"my-hooks/ingest.sh\"\n");
+    let (engine, warnings) = w.engine();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(engine.layer_names(), ["hooks"]);
+    let recalled = rt().block_on(engine.ingest(&ingest("a", "x"))).unwrap();
+    assert_eq!(pairs(&recalled), [("hooks".into(), "manual".into())]);
+
+    w.bash("p", &["ingest"], "", "echo '{}'\n");
+    w.config("[context_engine]\nplugin = \"p\"\n[context_engine.hooks]\ningest = \"my-hooks/ingest.sh\"\n");
+    let (engine, warnings) = w.engine();
+    assert_eq!(engine.layer_names(), ["p"]);
+    assert!(warnings[0].starts_with("[context_engine.hooks] is ignored"), "{warnings:?}");
+}
+
+#[test]
+fn subagent_hooks_run_in_stack_order() {
+    let w = World::new();
+    for name in ["first", "second"] {
+        let body = format!(
+            "read -r r\ncase \"$r\" in *prepare_subagent*) t=prepare;; *) t=merge;; esac\n\
+             echo \"{name} $t\" >> \"$HOME/order\"\necho '{{}}'\n"
+        );
+        w.bash(name, &["prepare_subagent", "merge_subagent"], "", &body);
+    }
+    w.config("[context_engine]\nplugin_stack = [\"first\", \"second\"]\n");
+    let (engine, _) = w.engine();
+    let req = ctxhost::protocol::SubagentRequest { parent_id: "p".into(), child_id: "c".into(), ..Default::default() };
+    let rt = rt();
+    rt.block_on(engine.prepare_subagent(&req)).unwrap();
+    rt.block_on(engine.merge_subagent(&req)).unwrap();
+    let order = std::fs::read_to_string(w.user_home().join("order")).unwrap();
+    assert_eq!(order, "first prepare\nsecond prepare\nfirst merge\nsecond merge\n");
+}
+
+#[test]
+fn max_concurrent_hooks_queues_the_calls_beyond_it() {
+    let w = World::new();
+    let body = "echo \"start $(date +%s%N)\" >> \"$HOME/$LIBREFANG_RUNTIME-$$\"\nsleep 0.3\necho \"end $(date +%s%N)\" >> \"$HOME/$LIBREFANG_RUNTIME-$$\"\necho '{}'\n";
+    for name in ["a", "b", "c"] {
+        w.bash(name, &["ingest"], "", body);
+    }
+    w.config("max_concurrent_hooks = 1\n[context_engine]\nplugin_stack = [\"a\", \"b\", \"c\"]\n");
+    let (engine, _) = w.engine();
+    let started = std::time::Instant::now();
+    rt().block_on(engine.ingest(&ingest("a", "x"))).unwrap();
+    assert!(started.elapsed() >= std::time::Duration::from_millis(900), "ran concurrently: {:?}", started.elapsed());
+    let mut spans: Vec<(u128, u128)> = std::fs::read_dir(w.user_home())
+        .unwrap()
+        .map(|e| {
+            let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+            let ts: Vec<u128> = text.lines().map(|l| l.split(' ').nth(1).unwrap().parse().unwrap()).collect();
+            (ts[0], ts[1])
+        })
+        .collect();
+    spans.sort();
+    assert_eq!(spans.len(), 3);
+    assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0), "hook processes overlapped: {spans:?}");
+}
+
+#[test]
+fn the_memory_survives_a_crash_mid_write() {
+    let w = World::new();
+    let transcript = w.root.path().join("long.jsonl");
+    let turns: String =
+        (0..5000).map(|i| format!("{{\"user\":\"note number {i} about llamas\",\"assistant\":\"ok\"}}\n")).collect();
+    write(&transcript, &turns);
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("ctxhost"))
+        .arg("--home")
+        .arg(w.home().root())
+        .args(["run", "--json", "--transcript"])
+        .arg(&transcript)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Let it write for a while, then kill it without warning.
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    for _ in 0..50 {
+        lines.next().unwrap().unwrap();
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let db = w.home().root().join("memory.db");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let check: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    assert_eq!(check, "ok");
+    let stored: i64 = conn.query_row("SELECT COUNT(*) FROM memories", [], |r| r.get(0)).unwrap();
+    assert!(stored >= 50, "{stored}");
+    drop(conn);
+    // And the engine opens it and keeps working.
+    let (engine, _) = w.engine();
+    let recalled = rt().block_on(engine.ingest(&ingest("agent", "llamas"))).unwrap();
+    assert_eq!(recalled.len(), 5, "max_recall_results caps the default recall");
+}

@@ -373,9 +373,22 @@ pub fn load_stack(cx: &crate::plugin::LoadContext<'_>) -> Result<(StackEngine, V
     let metrics = Arc::new(Metrics::default());
     let mut warnings = Vec::new();
     let mut layers = Vec::new();
-    for name in engine_config.stack() {
-        let dir = cx.home.plugins_dir().join(&name);
-        match crate::plugin::load_script_plugin(&dir, cx) {
+    let stack = engine_config.stack();
+    let manual = engine_config.hooks.as_ref().filter(|h| !h.is_empty());
+    if manual.is_some() && !stack.is_empty() {
+        warnings.push("[context_engine.hooks] is ignored: `plugin` or `plugin_stack` is set (as in LibreFang)".into());
+    }
+    let sources: Vec<(String, Option<&toml::Table>)> = if stack.is_empty() && manual.is_some() {
+        vec![("hooks".to_owned(), manual)]
+    } else {
+        stack.into_iter().map(|name| (name, None)).collect()
+    };
+    for (name, manual) in sources {
+        let loaded = match manual {
+            Some(hooks) => crate::plugin::load_manual_hooks(hooks, cx),
+            None => crate::plugin::load_script_plugin(&cx.home.plugins_dir().join(&name), cx),
+        };
+        match loaded {
             Ok((runner, load_warnings)) => {
                 warnings.extend(load_warnings.into_iter().map(|w| format!("plugin '{name}': {w}")));
                 let manifest = &runner.plugin().manifest;

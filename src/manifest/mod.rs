@@ -159,23 +159,54 @@ impl Manifest {
         let file = dir.join(MANIFEST_FILE);
         let fail = |key: Option<&str>, kind| ManifestError::new(&file, key, kind);
         let text = std::fs::read_to_string(&file).map_err(|e| fail(None, ManifestErrorKind::Read(e)))?;
-        let given_dir = dir;
-        let dir = dir.canonicalize().map_err(|e| fail(None, ManifestErrorKind::Read(e)))?;
+        let canonical = dir.canonicalize().map_err(|e| fail(None, ManifestErrorKind::Read(e)))?;
         let table: toml::Table = toml::from_str(&text)
             .map_err(|e| fail(None, ManifestErrorKind::Syntax(e.to_string().trim_end().to_owned())))?;
-
-        let mut r = Reader::new(&file, &table)?;
-        let declared_name: String = r.required("name")?;
-        validate_name(&declared_name).map_err(|m| r.error("name", ManifestErrorKind::Invalid(m)))?;
         // The name of the directory as given (a symlinked plugin dir is known
         // by the link's name); `.` and the like fall back to the real name.
-        let name = given_dir
+        let name = dir
             .file_name()
             .filter(|n| *n != "." && *n != "..")
-            .or_else(|| dir.file_name())
+            .or_else(|| canonical.file_name())
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         validate_name(&name).map_err(|m| fail(None, ManifestErrorKind::Invalid(format!("directory name: {m}"))))?;
+        Self::from_table(&file, canonical, name, &table, env)
+    }
+
+    /// A manifest for LibreFang's manual hooks: `[context_engine.hooks]` of
+    /// `config_file`, paths relative to the config file's directory, known as
+    /// `name`.
+    ///
+    /// # Errors
+    /// As for [`Manifest::load`], naming the config file.
+    pub fn from_manual_hooks(
+        config_file: &Path,
+        name: &str,
+        hooks: &toml::Table,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Loaded, ManifestError> {
+        let base = config_file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let dir = base.canonicalize().map_err(|e| ManifestError::new(config_file, None, ManifestErrorKind::Read(e)))?;
+        let mut table = toml::Table::new();
+        table.insert("name".into(), toml::Value::String(name.into()));
+        table.insert("version".into(), toml::Value::String("0.0.0".into()));
+        table.insert("hooks".into(), toml::Value::Table(hooks.clone()));
+        Self::from_table(config_file, dir, name.to_owned(), &table, env)
+    }
+
+    /// The checks shared by every source of a manifest.
+    fn from_table(
+        file: &Path,
+        dir: PathBuf,
+        name: String,
+        table: &toml::Table,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Loaded, ManifestError> {
+        let fail = |key: Option<&str>, kind| ManifestError::new(file, key, kind);
+        let mut r = Reader::new(file, table)?;
+        let declared_name: String = r.required("name")?;
+        validate_name(&declared_name).map_err(|m| r.error("name", ManifestErrorKind::Invalid(m)))?;
         if name != declared_name {
             r.warn(format!(
                 "`name` is '{declared_name}' but the directory is '{name}'; the plugin is known as '{name}' \
