@@ -420,3 +420,38 @@ fn the_memory_survives_a_crash_mid_write() {
     let recalled = rt().block_on(engine.ingest(&ingest("agent", "llamas"))).unwrap();
     assert_eq!(recalled.len(), 5, "max_recall_results caps the default recall");
 }
+
+#[test]
+fn stable_prefix_mode_skips_recall_entirely() {
+    let w = World::new();
+    w.bash("p", &["ingest"], "", "touch \"$HOME/ingest-ran\"\necho '{\"memories\":[{\"content\":\"x\"}]}'\n");
+    w.config("[context_engine]\nplugin = \"p\"\nstable_prefix_mode = true\n");
+    let (engine, _) = w.engine();
+    let rt = rt();
+    rt.block_on(engine.after_turn(&turn("a", "remember the garden", "ok"))).unwrap();
+    assert!(rt.block_on(engine.ingest(&ingest("a", "garden"))).unwrap().is_empty());
+    assert!(!w.user_home().join("ingest-ran").exists());
+}
+
+#[test]
+fn compact_takes_the_first_non_empty_answer() {
+    let w = World::new();
+    w.bash("none", &["compact"], "", "echo '{\"messages\":[]}'\n");
+    w.bash(
+        "short",
+        &["compact"],
+        "",
+        "echo '{\"messages\":[{\"role\":\"user\",\"content\":\"short\"}],\"summary\":\"s\"}'\n",
+    );
+    w.bash(
+        "late",
+        &["compact"],
+        "",
+        "touch \"$HOME/late-ran\"\necho '{\"messages\":[{\"role\":\"user\",\"content\":\"late\"}]}'\n",
+    );
+    w.config("[context_engine]\nplugin_stack = [\"none\", \"short\", \"late\"]\n");
+    let (engine, _) = w.engine();
+    let out = rt().block_on(engine.compact(&CompactRequest::default())).unwrap();
+    assert_eq!((out.messages, out.summary.as_deref()), (vec![Message::text(Role::User, "short")], Some("s")));
+    assert!(!w.user_home().join("late-ran").exists());
+}

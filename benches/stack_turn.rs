@@ -1,0 +1,150 @@
+//! One turn through a 3-layer stack of native hooks.
+//!
+//! Run: `cargo bench --bench stack_turn`. A turn is ingest → assemble →
+//! after_turn (→ settle), as `ctxhost run` drives it. Yardsticks in the same
+//! run: the same turn on the built-in engine alone, and the six bare spawns
+//! of the native hook the stack makes per turn (3 ingest + 3 after_turn).
+//! The memory is seeded with 2,000 notes first, so recall searches a real store.
+
+#[path = "../tests/util/examples.rs"]
+mod examples;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use criterion::{Criterion, criterion_group};
+use ctxhost::config::HostConfig;
+use ctxhost::engine::ContextEngine;
+use ctxhost::engine::stack::{StackEngine, load_stack};
+use ctxhost::home::Home;
+use ctxhost::plugin::LoadContext;
+use ctxhost::protocol::{AfterTurnRequest, AssembleRequest, IngestRequest, Message, Role};
+
+fn engine(root: &Path, layers: &[&str]) -> StackEngine {
+    let home = Home::at(root);
+    for name in layers {
+        examples::copy_example("native-memory", &home.plugins_dir().join(name));
+    }
+    let stack: Vec<String> = layers.iter().map(|l| format!("\"{l}\"")).collect();
+    let config_text = format!("[context_engine]\nplugin_stack = [{}]\n", stack.join(", "));
+    std::fs::create_dir_all(root).unwrap();
+    std::fs::write(home.config_file(), config_text).unwrap();
+    let (config, _) = HostConfig::load(home.config_file()).unwrap();
+    let cx = LoadContext { home: &home, config: &config, host_env: &LoadContext::process_env };
+    let (engine, warnings) = load_stack(&cx).unwrap();
+    assert!(warnings.iter().all(|w| !w.contains("left out")), "{warnings:?}");
+    engine
+}
+
+async fn turn(engine: &StackEngine, history: &[Message], i: usize) {
+    // The same words every turn: the memory stays the same size (stored turns
+    // are de-duplicated), so every iteration measures the same work.
+    let _ = i;
+    let message = "what grows in my garden?".to_owned();
+    let ingest = IngestRequest { agent_id: "bench".into(), message: message.clone(), ..Default::default() };
+    let memories = engine.ingest(&ingest).await.unwrap();
+    let mut messages = history.to_vec();
+    messages.push(Message::text(Role::User, message));
+    let assemble = AssembleRequest {
+        agent_id: "bench".into(),
+        system_prompt: format!("You are helpful. {} memories.", memories.len()),
+        messages: messages.clone(),
+        context_window_tokens: 8000,
+        ..Default::default()
+    };
+    engine.assemble(&assemble).await.unwrap();
+    messages.push(Message::text(Role::Assistant, "Noted."));
+    let after = AfterTurnRequest {
+        agent_id: "bench".into(),
+        messages: messages[messages.len() - 2..].to_vec(),
+        ..Default::default()
+    };
+    engine.after_turn(&after).await.unwrap();
+    engine.settle().await;
+}
+
+fn bare_spawn(bin: &Path, dir: &Path, request: &str) {
+    let mut child = Command::new(bin)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(request.as_bytes()).unwrap();
+    drop(stdin);
+    assert!(child.wait_with_output().unwrap().status.success());
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let history: Vec<Message> = (0..20)
+        .map(|i| {
+            Message::text(
+                if i % 2 == 0 { Role::User } else { Role::Assistant },
+                format!("earlier message {i} about the garden"),
+            )
+        })
+        .collect();
+    let root = tempfile::tempdir().unwrap();
+    let stacked = engine(&root.path().join("stack"), &["n1", "n2", "n3"]);
+    let alone = engine(&root.path().join("alone"), &[]);
+    let bin = root.path().join("stack/plugins/n1/bin/native-memory");
+    let dir = root.path().join("stack/plugins/n1");
+    for e in [&stacked, &alone] {
+        rt.block_on(async {
+            let notes: Vec<Message> = (0..2000)
+                .map(|n| {
+                    Message::text(
+                        Role::User,
+                        format!(
+                            "note {n}: the {} needs {} this week",
+                            ["garden", "kitchen", "car", "roof"][n % 4],
+                            ["water", "paint", "oil", "repairs"][n % 4]
+                        ),
+                    )
+                })
+                .collect();
+            e.after_turn(&AfterTurnRequest { agent_id: "bench".into(), messages: notes, ..Default::default() })
+                .await
+                .unwrap();
+            e.settle().await;
+        });
+    }
+    let mut g = c.benchmark_group("stack_turn");
+    let mut i = 0;
+    g.bench_function("builtin_engine_alone", |b| {
+        b.iter(|| {
+            i += 1;
+            rt.block_on(turn(&alone, &history, i))
+        })
+    });
+    g.bench_function("three_native_layers", |b| {
+        b.iter(|| {
+            i += 1;
+            rt.block_on(turn(&stacked, &history, i))
+        })
+    });
+    g.bench_function("six_bare_spawns", |b| {
+        b.iter(|| {
+            for _ in 0..3 {
+                bare_spawn(
+                    &bin,
+                    &dir,
+                    "{\"type\":\"ingest\",\"agent_id\":\"x\",\"message\":\"garden\",\"peer_id\":null}\n",
+                );
+                bare_spawn(&bin, &dir, "{\"type\":\"after_turn\",\"agent_id\":\"x\",\"messages\":[]}\n");
+            }
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
