@@ -18,9 +18,8 @@
 #[path = "../tests/util/examples.rs"]
 mod examples;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
@@ -58,26 +57,9 @@ fn runner(f: &Fixture, dir: &Path) -> ProcessRunner {
     load_script_plugin(dir, &cx).unwrap().0
 }
 
-/// The yardstick: spawn with a minimal environment (as a hook gets), write the
-/// request, read everything, parse the reply.
+/// The yardstick: the same program spawned bare, reply parsed.
 fn bare(program: &Path, args: &[&Path], cwd: &Path) {
-    let mut child = Command::new(program)
-        .args(args)
-        .env_clear()
-        .envs(["PATH", "HOME"].iter().filter_map(|k| std::env::var_os(k).map(|v| (k, v))))
-        .current_dir(cwd)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(REQUEST.as_bytes()).unwrap();
-    stdin.write_all(b"\n").unwrap();
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    parse_stdout(&out.stdout).unwrap();
+    parse_stdout(&examples::run_bare(program, args, cwd, REQUEST)).unwrap();
 }
 
 fn per_call(c: &mut Criterion) {

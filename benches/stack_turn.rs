@@ -9,9 +9,7 @@
 #[path = "../tests/util/examples.rs"]
 mod examples;
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use criterion::{Criterion, criterion_group};
 use ctxhost::config::HostConfig;
@@ -62,20 +60,6 @@ async fn turn(engine: &StackEngine, history: &[Message], i: usize) {
     };
     engine.after_turn(&after).await.unwrap();
     engine.settle().await;
-}
-
-fn bare_spawn(bin: &Path, dir: &Path, request: &str) {
-    let mut child = Command::new(bin)
-        .current_dir(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(request.as_bytes()).unwrap();
-    drop(stdin);
-    assert!(child.wait_with_output().unwrap().status.success());
 }
 
 fn bench(c: &mut Criterion) {
@@ -130,12 +114,13 @@ fn bench(c: &mut Criterion) {
     g.bench_function("six_bare_spawns", |b| {
         b.iter(|| {
             for _ in 0..3 {
-                bare_spawn(
+                examples::run_bare(
                     &bin,
+                    &[],
                     &dir,
-                    "{\"type\":\"ingest\",\"agent_id\":\"x\",\"message\":\"garden\",\"peer_id\":null}\n",
+                    r#"{"type":"ingest","agent_id":"x","message":"garden","peer_id":null}"#,
                 );
-                bare_spawn(&bin, &dir, "{\"type\":\"after_turn\",\"agent_id\":\"x\",\"messages\":[]}\n");
+                examples::run_bare(&bin, &[], &dir, r#"{"type":"after_turn","agent_id":"x","messages":[]}"#);
             }
         })
     });

@@ -128,27 +128,25 @@ impl HostConfig {
         };
         let mut table: toml::Table = toml::from_str(&text).map_err(|e| fail(e.to_string().trim_end().to_owned()))?;
         let mut warnings = Vec::new();
-        table.retain(|key, _| {
-            let known = KNOWN_KEYS.contains(&key);
-            if !known {
-                let hint = crate::hint::did_you_mean(key, KNOWN_KEYS.iter().copied());
-                warnings.push(format!("{}: unknown key `{key}` is ignored{hint}", file.display()));
-            }
-            known
-        });
+        drop_unknown(&mut table, KNOWN_KEYS, "", file, &mut warnings);
         if let Some(toml::Value::Table(engine)) = table.get_mut("context_engine") {
-            engine.retain(|key, _| {
-                let known = ENGINE_KEYS.contains(&key);
-                if !known {
-                    let hint = crate::hint::did_you_mean(key, ENGINE_KEYS.iter().copied());
-                    warnings.push(format!("{}: unknown key `context_engine.{key}` is ignored{hint}", file.display()));
-                }
-                known
-            });
+            drop_unknown(engine, ENGINE_KEYS, "context_engine.", file, &mut warnings);
         }
         let config = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| fail(e.to_string()))?;
         Ok((config, warnings))
     }
+}
+
+/// Removes the keys of `table` not in `known`, with a warning each.
+fn drop_unknown(table: &mut toml::Table, known: &[&str], prefix: &str, file: &Path, warnings: &mut Vec<String>) {
+    table.retain(|key, _| {
+        let ok = known.contains(&key);
+        if !ok {
+            let hint = crate::hint::did_you_mean(key, known.iter().copied());
+            warnings.push(format!("{}: unknown key `{prefix}{key}` is ignored{hint}", file.display()));
+        }
+        ok
+    });
 }
 
 #[cfg(test)]

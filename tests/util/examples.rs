@@ -60,3 +60,28 @@ pub fn native_example_binary() -> &'static Path {
         target.join("release").join("native-memory")
     })
 }
+
+/// The benches' yardstick: runs `program args…` directly from Rust, in `cwd`
+/// with only `PATH` and `HOME` (as a hook gets), feeding `request` (one line)
+/// on stdin; returns its stdout. Panics when it fails: benches only.
+pub fn run_bare(program: &Path, args: &[&Path], cwd: &Path, request: &str) -> Vec<u8> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(program)
+        .args(args)
+        .env_clear()
+        .envs(["PATH", "HOME"].iter().filter_map(|k| std::env::var_os(k).map(|v| (k, v))))
+        .current_dir(cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(request.as_bytes()).unwrap();
+    stdin.write_all(b"\n").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{} failed", program.display());
+    out.stdout
+}

@@ -91,16 +91,8 @@ pub fn fit(system_prompt: &str, messages: &[Message], window: usize, counter: &T
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::default::tokenizer::{MESSAGE_OVERHEAD, Tokenizer};
+    use crate::engine::default::tokenizer::{MESSAGE_OVERHEAD, Words};
     use serde_json::json;
-
-    /// One token per whitespace-separated word.
-    struct Words;
-    impl Tokenizer for Words {
-        fn count(&self, text: &str) -> usize {
-            text.split_whitespace().count()
-        }
-    }
 
     fn counter() -> TokenCounter {
         TokenCounter::new(Box::new(Words), 1000)

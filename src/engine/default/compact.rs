@@ -134,14 +134,7 @@ pub async fn compact(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::default::tokenizer::Tokenizer;
-
-    struct Words;
-    impl Tokenizer for Words {
-        fn count(&self, text: &str) -> usize {
-            text.split_whitespace().count()
-        }
-    }
+    use crate::engine::default::tokenizer::Words;
 
     fn history() -> Vec<Message> {
         let mut v = Vec::new();

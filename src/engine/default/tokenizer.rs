@@ -96,6 +96,17 @@ impl TokenCounter {
     }
 }
 
+/// A test tokenizer: one token per whitespace-separated word.
+#[cfg(test)]
+pub(crate) struct Words;
+
+#[cfg(test)]
+impl Tokenizer for Words {
+    fn count(&self, text: &str) -> usize {
+        text.split_whitespace().count()
+    }
+}
+
 /// A 64-bit identity of a message's role and content (not its pin or time).
 fn message_key(message: &Message) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
