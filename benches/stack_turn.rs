@@ -36,8 +36,6 @@ fn engine(root: &Path, layers: &[&str]) -> StackEngine {
 }
 
 async fn turn(engine: &StackEngine, history: &[Message], i: usize) {
-    // The same words every turn: the memory stays the same size (stored turns
-    // are de-duplicated), so every iteration measures the same work.
     let _ = i;
     let message = "what grows in my garden?".to_owned();
     let ingest = IngestRequest { agent_id: "bench".into(), message: message.clone(), ..Default::default() };
@@ -52,10 +50,11 @@ async fn turn(engine: &StackEngine, history: &[Message], i: usize) {
         ..Default::default()
     };
     engine.assemble(&assemble).await.unwrap();
-    messages.push(Message::text(Role::Assistant, "Noted."));
+    // after_turn gets the assistant's reply only: the plugins and the built-in
+    // memory store nothing new, so every iteration measures the same work.
     let after = AfterTurnRequest {
         agent_id: "bench".into(),
-        messages: messages[messages.len() - 2..].to_vec(),
+        messages: vec![Message::text(Role::Assistant, "Noted.")],
         ..Default::default()
     };
     engine.after_turn(&after).await.unwrap();

@@ -161,7 +161,7 @@ pub async fn run(
             .after_turn(&AfterTurnRequest {
                 agent_id: agent.clone(),
                 messages: history[first_of_turn..].to_vec(),
-                ..Default::default()
+                extra: t.peer_id.iter().map(|p| ("peer_id".to_owned(), Value::String(p.clone()))).collect(),
             })
             .await?;
         engine.settle().await;

@@ -455,3 +455,55 @@ fn compact_takes_the_first_non_empty_answer() {
     assert_eq!((out.messages, out.summary.as_deref()), (vec![Message::text(Role::User, "short")], Some("s")));
     assert!(!w.user_home().join("late-ran").exists());
 }
+
+#[test]
+fn ingest_runs_the_layers_concurrently() {
+    let w = World::new();
+    for name in ["a", "b", "c"] {
+        w.bash(name, &["ingest"], "", "sleep 0.5\necho '{\"memories\":[{\"content\":\"m\"}]}'\n");
+    }
+    w.config("[context_engine]\nplugin_stack = [\"a\", \"b\", \"c\"]\n");
+    let (engine, _) = w.engine();
+    let started = std::time::Instant::now();
+    let recalled = rt().block_on(engine.ingest(&ingest("x", "y"))).unwrap();
+    assert_eq!(recalled.len(), 3);
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(1200),
+        "layers ran one after another: {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn after_turn_beyond_the_queue_depth_is_not_sent() {
+    let w = World::new();
+    w.bash("slow", &["after_turn"], "after_turn_queue_depth = 1", "echo run >> \"$HOME/runs\"\nsleep 0.5\necho '{}'\n");
+    w.config("[context_engine]\nplugin = \"slow\"\n");
+    let (engine, _) = w.engine();
+    let rt = rt();
+    rt.block_on(async {
+        engine.after_turn(&turn("a", "one", "x")).await.unwrap();
+        engine.after_turn(&turn("a", "two", "x")).await.unwrap();
+        engine.settle().await;
+        engine.after_turn(&turn("a", "three", "x")).await.unwrap();
+        engine.settle().await;
+    });
+    let runs = std::fs::read_to_string(w.user_home().join("runs")).unwrap();
+    assert_eq!(runs.lines().count(), 2, "the second turn found the queue full; the third ran");
+}
+
+#[test]
+fn memories_can_be_keyed_by_peer() {
+    let w = World::new();
+    let (engine, _) = w.engine();
+    let rt = rt();
+    let mut about_bob = turn("a", "bob loves sailing", "ok");
+    about_bob.extra.insert("peer_id".into(), json!("bob"));
+    rt.block_on(engine.after_turn(&about_bob)).unwrap();
+    rt.block_on(engine.after_turn(&turn("a", "everyone loves sailing trips", "ok"))).unwrap();
+    let for_bob = IngestRequest { peer_id: Some("bob".into()), ..ingest("a", "sailing") };
+    assert_eq!(rt.block_on(engine.ingest(&for_bob)).unwrap().len(), 2);
+    let for_carol = IngestRequest { peer_id: Some("carol".into()), ..ingest("a", "sailing") };
+    let recalled = rt.block_on(engine.ingest(&for_carol)).unwrap();
+    assert_eq!(pairs(&recalled), [("default".into(), "everyone loves sailing trips".into())]);
+}

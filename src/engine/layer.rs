@@ -39,7 +39,9 @@ pub struct Layer {
     runner: Arc<dyn Runner>,
     settings: ExecSettings,
     hooks: BTreeSet<HookName>,
-    breaker: Mutex<Breaker>,
+    /// One breaker per hook: background after_turn failures must not
+    /// bench the plugin's ingest.
+    breakers: Mutex<HashMap<HookName, Breaker>>,
     cache: Mutex<HashMap<CacheKey, (Instant, Value)>>,
     limiter: Arc<Semaphore>,
     after_turn_slots: Arc<Semaphore>,
@@ -50,7 +52,12 @@ pub struct Layer {
 struct Breaker {
     consecutive_failures: u32,
     open_until: Option<Instant>,
+    /// Half-open: one trial call is under way; others still fail fast.
+    trial: bool,
 }
+
+/// Cached replies kept per layer at most; the oldest go first.
+const CACHE_CAPACITY: usize = 256;
 
 impl Layer {
     /// A layer for plugin `name`. `limiter` is the host-wide bound on hook
@@ -69,7 +76,7 @@ impl Layer {
             runner,
             settings,
             hooks,
-            breaker: Mutex::new(Breaker::default()),
+            breakers: Mutex::new(HashMap::new()),
             cache: Mutex::new(HashMap::new()),
             limiter,
             after_turn_slots,
@@ -147,31 +154,37 @@ impl Layer {
         }
         self.breaker_admits(hook)?;
 
-        let started = Instant::now();
+        // Latency counts the plugin's own time (calls and backoff), not the
+        // wait for a slot under max_concurrent_hooks.
+        let mut elapsed = Duration::ZERO;
         let mut attempt = 0;
         let result = loop {
             let outcome = {
                 let _permit = self.limiter.acquire().await;
-                self.runner.call(request, &CallOptions::default()).await
+                let started = Instant::now();
+                let outcome = self.runner.call(request, &CallOptions::default()).await;
+                elapsed += started.elapsed();
+                outcome
             };
             match outcome {
                 Ok(reply) => break Ok(reply),
                 Err(e) if attempt < self.settings.max_retries => {
                     attempt += 1;
                     tracing::debug!(plugin = %self.name, %hook, "attempt {attempt} failed: {e}; retrying");
-                    tokio::time::sleep(retry_delay(self.settings.retry_delay_ms, attempt)).await;
+                    let delay = retry_delay(self.settings.retry_delay_ms, attempt);
+                    tokio::time::sleep(delay).await;
+                    elapsed += delay;
                 }
                 Err(e) if attempt > 0 => break Err(format!("Hook script failed after {attempt} retries: {e}")),
                 Err(e) => break Err(e.to_string()),
             }
         };
-        let elapsed = started.elapsed();
         match result {
             Ok(reply) => {
-                self.breaker_success();
+                self.breaker_success(hook);
                 self.metrics.record(&self.name, hook, elapsed, CallOutcome::Success);
                 if let Some(key) = key {
-                    self.cache.lock().unwrap_or_else(|p| p.into_inner()).insert(key, (Instant::now(), reply.clone()));
+                    self.remember(key, ttl, reply.clone());
                 }
                 Ok(Some(reply))
             }
@@ -187,11 +200,26 @@ impl Layer {
         }
     }
 
-    /// Records that a reply was unusable (the engine validated it): counts
-    /// against the breaker like a failed call.
-    pub fn reject_reply(&self, hook: HookName, reason: &str) -> LayerFailure {
+    /// Records that the reply to `request` was unusable (the engine checked
+    /// it): it leaves the cache, and counts against the breaker like a failure.
+    pub fn reject_reply(&self, request: &HookRequest, reason: &str) -> LayerFailure {
+        let hook = request.hook();
+        let key = (hook, <[u8; 32]>::from(Sha256::digest(request.to_json_line())));
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
         self.breaker_failure(hook);
         self.failure(hook, format!("unusable reply: {reason}"))
+    }
+
+    /// Caches a reply, dropping expired entries and, past the capacity, the oldest.
+    fn remember(&self, key: CacheKey, ttl: Duration, reply: Value) {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        cache.retain(|(hook, _), (at, _)| now.duration_since(*at) < self.cache_ttl(*hook).max(ttl));
+        while cache.len() >= CACHE_CAPACITY {
+            let Some(oldest) = cache.iter().min_by_key(|(_, (at, _))| *at).map(|(k, _)| *k) else { break };
+            cache.remove(&oldest);
+        }
+        cache.insert(key, (now, reply));
     }
 
     fn failure(&self, hook: HookName, message: String) -> LayerFailure {
@@ -211,33 +239,42 @@ impl Layer {
     }
 
     fn breaker_admits(&self, hook: HookName) -> Result<(), LayerFailure> {
-        let mut b = self.breaker.lock().unwrap_or_else(|p| p.into_inner());
-        match b.open_until {
-            Some(until) if Instant::now() < until => {
-                drop(b);
-                self.metrics.record(&self.name, hook, Duration::ZERO, CallOutcome::Fallback);
-                Err(self.failure(hook, format!("circuit-open: '{hook}' suspended after repeated failures")))
-            }
+        let mut breakers = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
+        let b = breakers.entry(hook).or_default();
+        let open = match b.open_until {
+            Some(until) if Instant::now() < until => true,
+            // Half-open: one call goes through as the trial (one more failure
+            // opens the breaker again at once); the others keep failing fast.
+            Some(_) if b.trial => true,
             Some(_) => {
-                // Half-open: let this call through as the trial; one more
-                // failure opens the breaker again at once.
-                b.open_until = None;
-                b.consecutive_failures = self.settings.circuit_breaker.max_failures.saturating_sub(1);
-                Ok(())
+                b.trial = true;
+                false
             }
-            None => Ok(()),
+            None => false,
+        };
+        drop(breakers);
+        if open {
+            self.metrics.record(&self.name, hook, Duration::ZERO, CallOutcome::Fallback);
+            return Err(self.failure(hook, format!("circuit-open: '{hook}' suspended after repeated failures")));
         }
+        Ok(())
     }
 
-    fn breaker_success(&self) {
-        let mut b = self.breaker.lock().unwrap_or_else(|p| p.into_inner());
-        b.consecutive_failures = 0;
-        b.open_until = None;
+    fn breaker_success(&self, hook: HookName) {
+        let mut breakers = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
+        breakers.insert(hook, Breaker::default());
     }
 
     fn breaker_failure(&self, hook: HookName) {
         let cb = self.settings.circuit_breaker;
-        let mut b = self.breaker.lock().unwrap_or_else(|p| p.into_inner());
+        let mut breakers = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
+        let b = breakers.entry(hook).or_default();
+        if b.trial {
+            // The half-open trial failed: open again at once.
+            b.trial = false;
+            b.open_until = None;
+            b.consecutive_failures = cb.max_failures.saturating_sub(1);
+        }
         b.consecutive_failures += 1;
         if cb.max_failures > 0 && b.consecutive_failures >= cb.max_failures && b.open_until.is_none() {
             b.open_until = Some(Instant::now() + Duration::from_secs(cb.reset_secs));
@@ -328,6 +365,18 @@ mod tests {
         assert_eq!(runner.calls.load(Ordering::SeqCst), 3);
         // ...and the one after succeeds and closes it.
         assert_eq!(rt.block_on(l.call(&req)).unwrap(), Some(json!({"n": 3})));
+    }
+
+    #[test]
+    fn each_hook_has_its_own_breaker() {
+        let (l, _) =
+            layer(2, |s| s.circuit_breaker = crate::manifest::CircuitBreaker { max_failures: 2, reset_secs: 60 });
+        let rt = rt();
+        let after_turn = HookRequest::from_json(HookName::AfterTurn, json!({"agent_id": "a"})).unwrap();
+        assert!(rt.block_on(l.call(&after_turn)).is_err());
+        assert!(rt.block_on(l.call(&after_turn)).is_err());
+        assert!(rt.block_on(l.call(&after_turn)).unwrap_err().message.starts_with("circuit-open"));
+        assert_eq!(rt.block_on(l.call(&ingest("a", "m"))).unwrap(), Some(json!({"n": 2})), "ingest is not benched");
     }
 
     #[test]

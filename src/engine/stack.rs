@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use tokio::task::JoinHandle;
 
 use super::default::DefaultEngine;
-use super::default::compact::{Compacted, SummaryRequest};
+use super::default::compact::{Compacted, SummaryRequest, summary_message};
 use super::layer::{Layer, LayerFailure};
 use super::repair::repair_assembled;
 use super::{ContextEngine, EngineError, Recalled};
@@ -26,7 +26,7 @@ use crate::manifest::FailurePolicy;
 use crate::metrics::Metrics;
 use crate::protocol::{
     AfterTurnReply, AfterTurnRequest, AssembleReply, AssembleRequest, Block, BootstrapReply, BootstrapRequest,
-    CompactReply, CompactRequest, Content, HookRequest, IngestReply, IngestRequest, Message, Role, SubagentRequest,
+    CompactReply, CompactRequest, Content, HookRequest, IngestReply, IngestRequest, Message, SubagentRequest,
     TransformReply, TransformToolResultRequest,
 };
 use crate::runner::BoxFuture;
@@ -180,7 +180,7 @@ impl ContextEngine for StackEngine {
                                 .into_iter()
                                 .map(|m| Recalled { content: m.content, source: l.layer.name().to_owned() }),
                         ),
-                        Err(e) => Self::handle(l.layer.reject_reply(req.hook(), &e.to_string()))?,
+                        Err(e) => Self::handle(l.layer.reject_reply(&req, &e.to_string()))?,
                     },
                     Ok(None) => {}
                     Err(f) => Self::handle(f)?,
@@ -201,10 +201,13 @@ impl ContextEngine for StackEngine {
                             for w in warnings {
                                 tracing::warn!(plugin = %l.layer.name(), "{w}");
                             }
-                            return Ok(messages);
+                            if !messages.is_empty() {
+                                return Ok(messages);
+                            }
+                            // Nothing usable was left: as if the plugin had no opinion.
                         }
                         Ok(_) => {}
-                        Err(e) => Self::handle(l.layer.reject_reply(req.hook(), &e.to_string()))?,
+                        Err(e) => Self::handle(l.layer.reject_reply(&req, &e.to_string()))?,
                     },
                     Ok(None) => {}
                     Err(f) => Self::handle(f)?,
@@ -224,22 +227,28 @@ impl ContextEngine for StackEngine {
                             return Ok(Compacted { messages, summary });
                         }
                         Ok(CompactReply::RequestLlmSummary(d)) if !d.summarize.is_empty() => {
-                            let summary = self
-                                .default
-                                .summarizer()
-                                .summarize(SummaryRequest {
-                                    prompt: d.prompt.as_deref(),
-                                    messages: &d.summarize,
-                                    max_tokens: d.max_tokens,
-                                })
-                                .await
-                                .map_err(EngineError::Summary)?;
-                            let mut messages = vec![Message::text(Role::User, summary.clone())];
-                            messages.extend(d.keep);
-                            return Ok(Compacted { messages, summary: Some(summary) });
+                            let request = SummaryRequest {
+                                prompt: d.prompt.as_deref(),
+                                messages: &d.summarize,
+                                max_tokens: d.max_tokens,
+                            };
+                            match self.default.summarizer().summarize(request).await {
+                                Ok(summary) => {
+                                    let summary = summary_message(&summary);
+                                    let text = summary.text_content();
+                                    let mut messages = vec![summary];
+                                    messages.extend(d.keep);
+                                    return Ok(Compacted { messages, summary: Some(text) });
+                                }
+                                // The summarizer is the host's: its failure is not the plugin's.
+                                Err(e) => tracing::warn!(
+                                    plugin = %l.layer.name(),
+                                    "summarizer failed on the plugin's request_llm_summary: {e}; using the default compaction"
+                                ),
+                            }
                         }
                         Ok(_) => {}
-                        Err(e) => Self::handle(l.layer.reject_reply(req.hook(), &e.to_string()))?,
+                        Err(e) => Self::handle(l.layer.reject_reply(&req, &e.to_string()))?,
                     },
                     Ok(None) => {}
                     Err(f) => Self::handle(f)?,
@@ -251,7 +260,11 @@ impl ContextEngine for StackEngine {
 
     fn after_turn<'a>(&'a self, request: &'a AfterTurnRequest) -> BoxFuture<'a, Result<(), EngineError>> {
         Box::pin(async move {
-            self.default.after_turn(request).await?;
+            // after_turn failures are only logged (spec section 3): the plugins
+            // still get the turn when the built-in store fails.
+            if let Err(e) = self.default.after_turn(request).await {
+                tracing::warn!("the built-in memory could not store the turn: {e}");
+            }
             let mut for_plugins = request.clone();
             for_plugins.messages = cut_messages(&request.messages, self.settings.after_turn_text_limit);
             let req = Arc::new(HookRequest::AfterTurn(for_plugins));

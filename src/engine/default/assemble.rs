@@ -50,6 +50,14 @@ pub fn units(messages: &[Message]) -> Vec<(usize, usize)> {
     out
 }
 
+/// The index of the newest message the *user* wrote: role `user`, and not
+/// only tool results (which travel as user messages in a tool loop).
+pub fn newest_user_turn(messages: &[Message]) -> Option<usize> {
+    messages.iter().rposition(|m| {
+        m.role == Role::User && !(!blocks(m).is_empty() && blocks(m).iter().all(|b| matches!(b, Block::ToolResult(_))))
+    })
+}
+
 fn blocks(m: &Message) -> &[Block] {
     match &m.content {
         Content::Blocks(b) => b,
@@ -60,7 +68,7 @@ fn blocks(m: &Message) -> &[Block] {
 /// Keeps what fits in `window` tokens (after `system_prompt`), per the rules above.
 pub fn fit(system_prompt: &str, messages: &[Message], window: usize, counter: &TokenCounter) -> Vec<Message> {
     let units = units(messages);
-    let newest_user = messages.iter().rposition(|m| m.role == Role::User);
+    let newest_user = newest_user_turn(messages);
     let cost = |&(a, b): &(usize, usize)| -> usize { messages[a..=b].iter().map(|m| counter.message(m)).sum() };
     let must_keep = |&(a, b): &(usize, usize)| {
         messages[a..=b].iter().any(|m| m.pinned) || newest_user.is_some_and(|n| (a..=b).contains(&n))
@@ -165,6 +173,24 @@ mod tests {
         assert_eq!(tags(&out), ["a2", "u3"], "the pair is dropped whole");
         let out = fit("", &history, small + 35, &counter());
         assert_eq!(out.len(), 4, "the pair is kept whole");
+    }
+
+    #[test]
+    fn the_question_survives_a_tool_loop() {
+        let history = vec![
+            msg("user", 5, "question"),
+            m(json!({"role":"assistant","content":[{"type":"tool_use","id":"a","name":"x","input":{}}]})),
+            m(
+                json!({"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":"r r r r r r r r r r r r r r r r r r r r r r r r r r r r r r","is_error":false}]}),
+            ),
+            m(json!({"role":"assistant","content":[{"type":"tool_use","id":"b","name":"x","input":{}}]})),
+            m(
+                json!({"role":"user","content":[{"type":"tool_result","tool_use_id":"b","content":"small","is_error":false}]}),
+            ),
+        ];
+        assert_eq!(newest_user_turn(&history), Some(0));
+        let out = fit("", &history, 30, &counter());
+        assert_eq!(tags(&out)[0], "question", "{out:?}");
     }
 
     #[test]

@@ -46,7 +46,7 @@ impl Summarizer for LocalSummarizer {
     fn summarize<'a>(&'a self, request: SummaryRequest<'a>) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
             let budget_chars = request.max_tokens.map_or(usize::MAX, |t| (t as usize).saturating_mul(4));
-            let mut out = format!("{} {} earlier messages:", SUMMARY_PREFIX, request.messages.len());
+            let mut out = format!("{} earlier messages:", request.messages.len());
             for m in request.messages {
                 let text = m.text_content();
                 let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -76,11 +76,19 @@ pub struct Compacted {
     pub summary: Option<String>,
 }
 
+/// The message that replaces summarised history: always marked with
+/// [`SUMMARY_PREFIX`], whatever the summarizer wrote.
+pub fn summary_message(summary: &str) -> Message {
+    let text =
+        if summary.starts_with(SUMMARY_PREFIX) { summary.to_owned() } else { format!("{SUMMARY_PREFIX} {summary}") };
+    Message::text(Role::User, text)
+}
+
 /// Which messages to summarise: oldest units first, skipping pinned ones and
 /// the newest user message, until the rest fits `target` tokens. Returns the
 /// indices to replace, in order (possibly empty).
 pub fn choose(messages: &[Message], target: usize, counter: &TokenCounter) -> Vec<usize> {
-    let newest_user = messages.iter().rposition(|m| m.role == Role::User);
+    let newest_user = super::assemble::newest_user_turn(messages);
     let mut remaining = counter.messages(messages);
     let mut chosen = Vec::new();
     for (a, b) in units(messages) {
@@ -119,10 +127,12 @@ pub async fn compact(
     let summarized: Vec<Message> = chosen.iter().map(|&i| messages[i].clone()).collect();
     let max_tokens = Some((window / 10).max(64) as u64);
     let summary = summarizer.summarize(SummaryRequest { prompt: None, messages: &summarized, max_tokens }).await?;
+    let summary_message = summary_message(&summary);
+    let summary = summary_message.text_content();
     let mut out = Vec::with_capacity(messages.len() - chosen.len() + 1);
     for (i, m) in messages.iter().enumerate() {
         if i == first {
-            out.push(Message::text(Role::User, summary.clone()));
+            out.push(summary_message.clone());
         }
         if chosen.binary_search(&i).is_err() {
             out.push(m.clone());

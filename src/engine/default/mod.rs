@@ -157,7 +157,9 @@ impl ContextEngine for DefaultEngine {
         })
     }
 
-    /// Stores what the user said this turn (each non-empty user message).
+    /// Stores what the user said this turn: each user message with text
+    /// (tool results and summaries are not memories), keyed by agent and, when
+    /// the request carries a `peer_id`, by peer.
     fn after_turn<'a>(&'a self, request: &'a AfterTurnRequest) -> BoxFuture<'a, Result<(), EngineError>> {
         Box::pin(async move {
             let texts: Vec<String> = request
@@ -172,10 +174,19 @@ impl ContextEngine for DefaultEngine {
             }
             let memory = self.memory.clone();
             let agent = request.agent_id.clone();
+            // The spec's after_turn has no peer; an embedder may add one
+            // (`peer_id`, as `ctxhost run` does) to key the turn by peer.
+            let peer = request.extra.get("peer_id").and_then(serde_json::Value::as_str).map(str::to_owned);
             blocking(move || {
                 let rows: Vec<NewMemory<'_>> = texts
                     .iter()
-                    .map(|t| NewMemory { agent_id: &agent, peer_id: None, content: t, tags: &[], source: "default" })
+                    .map(|t| NewMemory {
+                        agent_id: &agent,
+                        peer_id: peer.as_deref(),
+                        content: t,
+                        tags: &[],
+                        source: "default",
+                    })
                     .collect();
                 memory.store(&rows)
             })
