@@ -180,7 +180,7 @@ impl ContextEngine for StackEngine {
                                 .into_iter()
                                 .map(|m| Recalled { content: m.content, source: l.layer.name().to_owned() }),
                         ),
-                        Err(e) => Self::handle(l.layer.reject_reply(&req, &e.to_string()))?,
+                        Err(e) => Self::handle(l.layer.reject_reply(req, &e.to_string()))?,
                     },
                     Ok(None) => {}
                     Err(f) => Self::handle(f)?,

@@ -54,7 +54,8 @@ pub fn units(messages: &[Message]) -> Vec<(usize, usize)> {
 /// only tool results (which travel as user messages in a tool loop).
 pub fn newest_user_turn(messages: &[Message]) -> Option<usize> {
     messages.iter().rposition(|m| {
-        m.role == Role::User && !(!blocks(m).is_empty() && blocks(m).iter().all(|b| matches!(b, Block::ToolResult(_))))
+        let only_results = !blocks(m).is_empty() && blocks(m).iter().all(|b| matches!(b, Block::ToolResult(_)));
+        m.role == Role::User && !only_results
     })
 }
 
