@@ -198,6 +198,48 @@ fn failure_policies_warn_skip_and_abort() {
     }
 }
 
+/// Runs `f` on this thread with a subscriber that records warnings.
+fn warnings_of(f: impl FnOnce()) -> String {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    String::from_utf8(buf.0.lock().unwrap().clone()).unwrap()
+}
+
+#[test]
+fn warn_logs_the_failure_and_skip_stays_silent() {
+    let w = World::new();
+    for policy in ["warn", "skip"] {
+        w.bash(policy, &["ingest"], &format!("on_hook_failure = \"{policy}\""), "echo broken >&2\nexit 2\n");
+    }
+    let current = || tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    w.config("[context_engine]\nplugin = \"warn\"\n");
+    let (engine, _) = w.engine();
+    let logged = warnings_of(|| drop(current().block_on(engine.ingest(&ingest("a", "x"))).unwrap()));
+    assert!(logged.contains("Hook exited with exit code 2") && logged.contains("using the fallback"), "{logged}");
+    w.config("[context_engine]\nplugin = \"skip\"\n");
+    let (engine, _) = w.engine();
+    let logged = warnings_of(|| drop(current().block_on(engine.ingest(&ingest("a", "x"))).unwrap()));
+    assert_eq!(logged, "", "skip falls back silently");
+}
+
 #[test]
 fn assemble_first_non_empty_reply_wins_and_is_repaired() {
     let w = World::new();

@@ -37,13 +37,21 @@ pub fn repair_assembled(reply: Vec<Message>, original: &[Message]) -> (Vec<Messa
         }
         out.push(m);
     }
-    let missing: Vec<Message> =
-        original.iter().filter(|m| m.pinned && !out.iter().any(|o| same(o, m))).cloned().collect();
-    if !missing.is_empty() {
-        warnings.push(format!("assemble reply: restored {} pinned message(s) the plugin left out", missing.len()));
-        let mut restored = missing;
-        restored.extend(out);
-        out = restored;
+    // Put each missing pinned message back where it stood: right after the
+    // last kept message that came before it in the original history (at the
+    // front when none did).
+    let mut restored = 0;
+    for (i, m) in original.iter().enumerate() {
+        if !m.pinned || out.iter().any(|o| same(o, m)) {
+            continue;
+        }
+        let earlier = &original[..i];
+        let at = out.iter().rposition(|o| earlier.iter().any(|e| same(o, e))).map_or(0, |p| p + 1);
+        out.insert(at, m.clone());
+        restored += 1;
+    }
+    if restored > 0 {
+        warnings.push(format!("assemble reply: restored {restored} pinned message(s) the plugin left out"));
     }
     (out, warnings)
 }
@@ -90,6 +98,17 @@ mod tests {
         assert_eq!(bs.len(), 1);
         assert_eq!(warnings.len(), 3, "{warnings:?}");
         assert!(warnings[2].contains("restored 1 pinned"));
+    }
+
+    #[test]
+    fn pinned_messages_go_back_where_they_stood() {
+        let text = |t: &str| m(json!({"role":"user","content":t}));
+        let mut pin = text("pinned middle");
+        pin.pinned = true;
+        let original = vec![text("a"), text("b"), pin.clone(), text("c"), text("d")];
+        let (out, warnings) = repair_assembled(vec![text("b"), text("d")], &original);
+        assert_eq!(out, vec![text("b"), pin, text("d")]);
+        assert_eq!(warnings.len(), 1);
     }
 
     #[test]
