@@ -5,6 +5,7 @@
 
 mod error;
 pub mod process;
+pub mod wasm;
 
 use std::future::Future;
 use std::pin::Pin;
