@@ -8,6 +8,7 @@
 //! - `launchers`: launcher lookup, shims, custom and native launchers.
 //! - `cli`: `ctxhost hook` and `ctxhost doctor` as a user runs them.
 //! - `stack`: the engine over a stack of plugins, with LibreFang-style fixtures.
+//! - `wasm`: component plugins on wasmtime.
 
 mod util;
 
@@ -18,4 +19,5 @@ mod limits;
 mod manifest;
 mod runtimes;
 mod stack;
+mod wasm;
 mod wire;

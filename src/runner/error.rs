@@ -35,6 +35,9 @@ pub enum HookError {
     NoOutput(#[from] NoOutput),
     #[error("{0}")]
     Unsupported(String),
+    /// A component plugin could not load or its call trapped.
+    #[error("component plugin {0}")]
+    Component(String),
 }
 
 fn stderr_suffix(stderr: &str) -> String {

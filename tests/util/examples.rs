@@ -85,3 +85,30 @@ pub fn run_bare(program: &Path, args: &[&Path], cwd: &Path, request: &str) -> Ve
     assert!(out.status.success(), "{} failed", program.display());
     out.stdout
 }
+
+/// Builds the Rust component examples (`guest-examples/`, target
+/// `wasm32-wasip2`) once per test run and returns the path of `name`.wasm.
+pub fn component(name: &str) -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| repo_root().join("target"))
+            .join("guest-wasm");
+        let manifest = repo_root().join("guest-examples/Cargo.toml");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = std::process::Command::new(cargo)
+            .args(["build", "--release", "--quiet", "--target", "wasm32-wasip2", "--manifest-path"])
+            .arg(&manifest)
+            .arg("--target-dir")
+            .arg(&target)
+            .status()
+            .expect("run cargo for the component examples");
+        assert!(
+            status.success(),
+            "building the component examples failed; is the wasm32-wasip2 target installed? (`rustup target add wasm32-wasip2`, which scripts/test.sh does)"
+        );
+        target.join("wasm32-wasip2/release")
+    });
+    dir.join(format!("{name}.wasm"))
+}

@@ -4,3 +4,5 @@
 //! per-call stores with limits, capability-scoped WASI — builds on these.
 
 pub mod bindings;
+pub mod component;
+mod convert;

@@ -1,0 +1,391 @@
+//! Running a component plugin: one shared wasmtime engine (pooling allocator,
+//! fuel, epoch interruption with one ticker thread), per plugin an
+//! `InstancePre`, per call a fresh store with a fuel budget, an epoch
+//! deadline and memory limits. A store is never reused, so a trap cannot
+//! poison a later call.
+//!
+//! Capabilities: the WASI context has no arguments, no environment, no
+//! preopened directory and no network; stdout is discarded, stderr is
+//! captured (a guest panic's message comes from there). Host services are the
+//! `host` interface of the world: log, config, per-plugin storage (a cap-std
+//! `Dir` on the plugin's data dir; keys become hex file names, so no key can
+//! name a path), events.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits, StoreLimitsBuilder, Trap,
+};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::bindings::ctxhost::plugin::{host, types as wit};
+use super::bindings::{ContextPlugin, ContextPluginPre};
+use super::convert;
+use crate::protocol::{HookName, HookRequest};
+use crate::runner::HookError;
+
+/// One epoch tick.
+const TICK: Duration = Duration::from_millis(1);
+
+/// Captured guest stderr, per call.
+const STDERR_CAP: usize = 64 * 1024;
+
+/// The limits of every call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub fuel: u64,
+    pub timeout_ms: u64,
+    pub memory_mb: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { fuel: 1_000_000_000, timeout_ms: 30_000, memory_mb: 64 }
+    }
+}
+
+/// The process-wide engine, with its epoch ticker.
+pub fn engine() -> Result<&'static Engine, String> {
+    static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let mut pool = PoolingAllocationConfig::default();
+            pool.total_component_instances(256).total_memories(256).total_tables(256).max_memory_size(1 << 30);
+            let mut config = Config::new();
+            config.consume_fuel(true).epoch_interruption(true);
+            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+            let engine = Engine::new(&config).map_err(|e| format!("cannot start the wasm engine: {e}"))?;
+            let ticking = engine.clone();
+            std::thread::Builder::new()
+                .name("ctxhost-epoch".into())
+                .spawn(move || {
+                    loop {
+                        std::thread::sleep(TICK);
+                        ticking.increment_epoch();
+                    }
+                })
+                .map_err(|e| format!("cannot start the epoch ticker: {e}"))?;
+            Ok(engine)
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Per-call state of a store.
+pub struct State {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limits: StoreLimits,
+    plugin: String,
+    config: Map<String, Value>,
+    data_dir: PathBuf,
+}
+
+impl WasiView for State {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl wit::Host for State {}
+
+impl State {
+    fn storage(&self) -> Result<cap_std::fs::Dir, String> {
+        std::fs::create_dir_all(&self.data_dir).map_err(|e| format!("storage unavailable: {e}"))?;
+        cap_std::fs::Dir::open_ambient_dir(&self.data_dir, cap_std::ambient_authority())
+            .map_err(|e| format!("storage unavailable: {e}"))
+    }
+}
+
+/// A storage key as a file name: hex, so it can never be a path.
+fn key_file(key: &str) -> String {
+    format!("kv-{}", hex::encode(key.as_bytes()))
+}
+
+impl host::Host for State {
+    fn log(&mut self, level: host::Level, message: String) {
+        let plugin = self.plugin.as_str();
+        match level {
+            host::Level::Trace => tracing::trace!(target: "plugin_log", plugin, "{message}"),
+            host::Level::Debug => tracing::debug!(target: "plugin_log", plugin, "{message}"),
+            host::Level::Info => tracing::info!(target: "plugin_log", plugin, "{message}"),
+            host::Level::Warn => tracing::warn!(target: "plugin_log", plugin, "{message}"),
+            host::Level::Error => tracing::error!(target: "plugin_log", plugin, "{message}"),
+        }
+    }
+
+    fn config_get(&mut self, key: String) -> Option<String> {
+        self.config.get(&key).map(Value::to_string)
+    }
+
+    fn storage_get(&mut self, key: String) -> Option<Vec<u8>> {
+        self.storage().ok()?.read(key_file(&key)).ok()
+    }
+
+    fn storage_set(&mut self, key: String, value: Vec<u8>) -> Result<(), String> {
+        self.storage()?.write(key_file(&key), value).map_err(|e| e.to_string())
+    }
+
+    fn storage_delete(&mut self, key: String) -> Result<(), String> {
+        match self.storage()?.remove_file(key_file(&key)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.to_string()),
+            _ => Ok(()),
+        }
+    }
+
+    fn emit_event(&mut self, name: String, payload: String) {
+        tracing::debug!(target: "plugin_log", plugin = self.plugin.as_str(), "event `{name}`: {payload}");
+    }
+}
+
+/// A loaded component plugin.
+pub struct ComponentRunner {
+    name: String,
+    pre: ContextPluginPre<State>,
+    hooks: BTreeSet<HookName>,
+    limits: Limits,
+    config: Map<String, Value>,
+    data_dir: PathBuf,
+}
+
+fn hook_of(h: wit::Hook) -> HookName {
+    match h {
+        wit::Hook::Bootstrap => HookName::Bootstrap,
+        wit::Hook::Ingest => HookName::Ingest,
+        wit::Hook::Assemble => HookName::Assemble,
+        wit::Hook::Compact => HookName::Compact,
+        wit::Hook::AfterTurn => HookName::AfterTurn,
+        wit::Hook::TransformToolResult => HookName::TransformToolResult,
+        wit::Hook::PrepareSubagent => HookName::PrepareSubagent,
+        wit::Hook::MergeSubagent => HookName::MergeSubagent,
+    }
+}
+
+impl ComponentRunner {
+    /// Compiles and links `wasm` and asks it to describe itself.
+    ///
+    /// # Errors
+    /// Not a component, built for another world version, an import outside
+    /// the policy, or `describe` failing.
+    pub fn load(
+        name: &str,
+        wasm: &Path,
+        limits: Limits,
+        config: Map<String, Value>,
+        data_dir: PathBuf,
+    ) -> Result<Self, HookError> {
+        let fail = |m: String| HookError::Component(format!("`{}`: {m}", wasm.display()));
+        let engine = engine().map_err(fail)?;
+        let bytes = std::fs::read(wasm).map_err(|e| fail(format!("cannot read it: {e}")))?;
+        if !wasmparser_is_component(&bytes) {
+            return Err(fail("not a WebAssembly component (build it with `--target wasm32-wasip2`)".into()));
+        }
+        let component = Component::new(engine, &bytes).map_err(|e| fail(format!("cannot compile it: {e:#}")))?;
+        let mut linker: Linker<State> = Linker::new(engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| fail(e.to_string()))?;
+        ContextPlugin::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s).map_err(|e| fail(e.to_string()))?;
+        let pre = linker.instantiate_pre(&component).map_err(|e| fail(describe_link_error(&e)))?;
+        let pre =
+            ContextPluginPre::new(pre).map_err(|e| fail(format!("does not implement ctxhost:plugin@0.1.0: {e:#}")))?;
+        let mut runner =
+            ComponentRunner { name: name.to_owned(), pre, hooks: BTreeSet::new(), limits, config, data_dir };
+        let description = runner.with_instance(|plugin, store| plugin.call_describe(store))?;
+        runner.hooks = description.hooks.into_iter().map(hook_of).collect();
+        Ok(runner)
+    }
+
+    /// The hooks the component says it implements.
+    pub fn hooks(&self) -> &BTreeSet<HookName> {
+        &self.hooks
+    }
+
+    fn store(&self) -> (Store<State>, MemoryOutputPipe) {
+        let stderr = MemoryOutputPipe::new(STDERR_CAP);
+        let wasi = WasiCtxBuilder::new().stderr(stderr.clone()).build();
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(usize::try_from(self.limits.memory_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX))
+            .instances(8)
+            .tables(64)
+            .memories(8)
+            .trap_on_grow_failure(true)
+            .build();
+        let state = State {
+            wasi,
+            table: ResourceTable::new(),
+            limits,
+            plugin: self.name.clone(),
+            config: self.config.clone(),
+            data_dir: self.data_dir.clone(),
+        };
+        let mut store = Store::new(self.pre.engine(), state);
+        store.limiter(|s| &mut s.limits);
+        // Setting fuel on an engine that consumes fuel cannot fail.
+        let _ = store.set_fuel(self.limits.fuel);
+        store.set_epoch_deadline(self.limits.timeout_ms.max(1));
+        (store, stderr)
+    }
+
+    /// A fresh instance in a fresh store, `f` called on it, traps turned into
+    /// errors a user can act on.
+    fn with_instance<T>(
+        &self,
+        f: impl FnOnce(&ContextPlugin, &mut Store<State>) -> wasmtime::Result<T>,
+    ) -> Result<T, HookError> {
+        let (mut store, stderr) = self.store();
+        let result = self.pre.instantiate(&mut store).and_then(|plugin| f(&plugin, &mut store));
+        result.map_err(|e| {
+            let used = self.limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
+            HookError::Component(explain_trap(&e, used, &self.limits, &stderr))
+        })
+    }
+
+    /// Runs one hook call and answers with the JSON a script plugin would
+    /// have printed, so the engine reads both kinds alike. "Not implemented"
+    /// becomes the hook's neutral answer ("no opinion").
+    pub fn call_sync(&self, request: &HookRequest) -> Result<Value, HookError> {
+        use serde_json::json;
+        let failed = |e: wit::HookError| match e {
+            wit::HookError::NotImplemented => None,
+            wit::HookError::Failed(m) => Some(HookError::Component(format!("the plugin failed: {m}"))),
+        };
+        macro_rules! answer {
+            ($call:expr, $ok:expr, $neutral:expr) => {
+                match self.with_instance($call)? {
+                    Ok(v) => Ok($ok(v)),
+                    Err(e) => match failed(e) {
+                        Some(err) => Err(err),
+                        None => Ok($neutral),
+                    },
+                }
+            };
+        }
+        match request {
+            HookRequest::Bootstrap(r) => {
+                let req = wit::BootstrapRequest {
+                    context_window_tokens: r.context_window_tokens,
+                    stable_prefix_mode: r.stable_prefix_mode,
+                    max_recall_results: r.max_recall_results,
+                };
+                answer!(|p, s| p.call_bootstrap(s, req), |()| json!({"type": "ok"}), json!({"type": "ok"}))
+            }
+            HookRequest::Ingest(r) => {
+                let req = wit::IngestRequest {
+                    agent_id: r.agent_id.clone(),
+                    message: r.message.clone(),
+                    peer_id: r.peer_id.clone(),
+                };
+                answer!(|p, s| p.call_ingest(s, &req), convert::memories_json, json!({"memories": []}))
+            }
+            HookRequest::Assemble(r) => {
+                let req = wit::AssembleRequest {
+                    agent_id: r.agent_id.clone(),
+                    system_prompt: r.system_prompt.clone(),
+                    messages: convert::messages_to_wit(&r.messages),
+                    context_window_tokens: r.context_window_tokens,
+                };
+                answer!(
+                    |p, s| p.call_assemble(s, &req),
+                    |ms| json!({"messages": convert::messages_from_wit(ms)}),
+                    json!({"messages": []})
+                )
+            }
+            HookRequest::Compact(r) => {
+                let req = wit::CompactRequest {
+                    agent_id: r.agent_id.clone(),
+                    messages: convert::messages_to_wit(&r.messages),
+                    model: r.model.clone(),
+                    context_window_tokens: r.context_window_tokens,
+                    token_pressure: wit::TokenPressure {
+                        used_tokens: r.token_pressure.used_tokens,
+                        max_tokens: r.token_pressure.max_tokens,
+                        pressure: r.token_pressure.pressure,
+                        recommendation: convert::recommendation_to_wit(r.token_pressure.recommendation),
+                    },
+                };
+                let reply = |c: wit::CompactReply| match c {
+                    wit::CompactReply::Compacted(c) => {
+                        json!({"messages": convert::messages_from_wit(c.messages), "summary": c.summary})
+                    }
+                    wit::CompactReply::RequestLlmSummary(d) => json!({"request_llm_summary": {
+                        "prompt": d.prompt,
+                        "summarize": convert::messages_from_wit(d.summarize),
+                        "keep": convert::messages_from_wit(d.keep),
+                        "max_tokens": d.max_tokens,
+                    }}),
+                };
+                answer!(|p, s| p.call_compact(s, &req), reply, json!({"messages": []}))
+            }
+            HookRequest::AfterTurn(r) => {
+                let req = wit::AfterTurnRequest {
+                    agent_id: r.agent_id.clone(),
+                    messages: convert::messages_to_wit(&r.messages),
+                };
+                answer!(|p, s| p.call_after_turn(s, &req), convert::memories_json, json!({"type": "ok"}))
+            }
+            HookRequest::TransformToolResult(r) => {
+                let req = wit::TransformRequest {
+                    agent_id: r.agent_id.clone(),
+                    tool_name: r.tool_name.clone(),
+                    tool_use_id: r.tool_use_id.clone(),
+                    args: r.args.to_string(),
+                    result: r.result.clone(),
+                    is_error: r.is_error,
+                };
+                answer!(
+                    |p, s| p.call_transform_tool_result(s, &req),
+                    |t: Option<String>| t.map_or_else(|| json!({}), |t| json!({"content": t})),
+                    json!({})
+                )
+            }
+            HookRequest::PrepareSubagent(r) | HookRequest::MergeSubagent(r) => {
+                let req = wit::SubagentRequest { parent_id: r.parent_id.clone(), child_id: r.child_id.clone() };
+                if matches!(request, HookRequest::PrepareSubagent(_)) {
+                    answer!(|p, s| p.call_prepare_subagent(s, &req), |()| json!({"type": "ok"}), json!({"type": "ok"}))
+                } else {
+                    answer!(|p, s| p.call_merge_subagent(s, &req), |()| json!({"type": "ok"}), json!({"type": "ok"}))
+                }
+            }
+            HookRequest::OnEvent(_) => Ok(json!({"type": "ok"})),
+        }
+    }
+}
+
+/// The component-model layer byte of the binary header tells a component
+/// (`0d 00 01 00`) from a core module (`01 00 00 00`).
+fn wasmparser_is_component(bytes: &[u8]) -> bool {
+    bytes.len() >= 8 && &bytes[..4] == b"\0asm" && bytes[4..8] == [0x0d, 0x00, 0x01, 0x00]
+}
+
+fn describe_link_error(e: &wasmtime::Error) -> String {
+    format!(
+        "imports something ctxhost does not provide (only WASI without network, and ctxhost:plugin/host@0.1.0): {e:#}"
+    )
+}
+
+/// Errors a user can act on: out of fuel, deadline, memory, guest panic.
+fn explain_trap(e: &wasmtime::Error, fuel_used: u64, limits: &Limits, stderr: &MemoryOutputPipe) -> String {
+    let guest_said = String::from_utf8_lossy(&stderr.contents()).trim().to_owned();
+    match e.downcast_ref::<Trap>() {
+        Some(Trap::OutOfFuel) => format!("out of fuel after {fuel_used} units"),
+        Some(Trap::Interrupt) => format!("deadline of {} ms exceeded", limits.timeout_ms),
+        Some(Trap::UnreachableCodeReached) if guest_said.contains("panicked") => {
+            format!(
+                "guest panic: {}",
+                guest_said.lines().filter(|l| !l.starts_with("note:")).collect::<Vec<_>>().join(" ")
+            )
+        }
+        _ if format!("{e:#}").contains("memory") && format!("{e:#}").contains("grow") => {
+            format!("memory limit of {} MiB exceeded", limits.memory_mb)
+        }
+        _ => {
+            let base = format!("{e:#}");
+            if guest_said.is_empty() { base } else { format!("{base}; guest stderr: {guest_said}") }
+        }
+    }
+}
