@@ -23,6 +23,7 @@
 //! `target/wasm32-wasip2/release/` is the component.
 
 #[doc(hidden)]
+#[allow(clippy::too_many_arguments)] // generated code
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../../wit",
