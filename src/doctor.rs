@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::manifest::{MANIFEST_FILE, Runtime};
-use crate::plugin::{LoadContext, LoadError, load_script_plugin};
+use crate::plugin::{LoadContext, LoadError, load_plugin, load_script_plugin};
 use crate::runner::process::{Launcher, find_on_path, probe, runtime_info};
 
 /// How long one `--version` probe may take.
@@ -123,14 +123,30 @@ fn check_plugin(dir: &Path, cx: &LoadContext<'_>) -> PluginStatus {
         error: Some(error),
         missing_binaries: Vec::new(),
     };
-    let (runner, _warnings) = match load_script_plugin(dir, cx) {
-        Ok(loaded) => loaded,
+    // Components are checked by loading them (compile, link, describe).
+    match load_plugin(dir, cx) {
+        Ok(p) if p.settings.runtime == Runtime::Wasm => {
+            return PluginStatus {
+                name: p.name,
+                runtime: "wasm".into(),
+                runtime_available: true,
+                hooks_valid: true,
+                install_hint: runtime_info(&Runtime::Wasm).install_hint.to_owned(),
+                error: None,
+                missing_binaries: Vec::new(),
+            };
+        }
+        Ok(_) => {}
         Err(e @ LoadError::WasmUnsupported(_)) => {
             let mut status = broken("wasm".into(), e.to_string());
             status.hooks_valid = true;
             status.install_hint = runtime_info(&Runtime::Wasm).install_hint.to_owned();
             return status;
         }
+        Err(e) => return broken("unknown".into(), e.to_string()),
+    }
+    let (runner, _warnings) = match load_script_plugin(dir, cx) {
+        Ok(loaded) => loaded,
         Err(e) => return broken("unknown".into(), e.to_string()),
     };
     let plugin = runner.plugin();

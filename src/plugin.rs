@@ -25,8 +25,12 @@ pub enum LoadError {
         #[source]
         source: std::io::Error,
     },
-    #[error("plugin '{0}' uses runtime `wasm`, which this build cannot run yet")]
+    #[error(
+        "plugin '{0}' uses runtime `wasm` with per-hook core modules (LibreFang's wasm hooks), which this build cannot run yet; component plugins (`component = \"<file>.wasm\"`) are supported"
+    )]
     WasmUnsupported(String),
+    #[error(transparent)]
+    Component(#[from] crate::runner::HookError),
 }
 
 /// What loading needs from the host.
@@ -111,4 +115,81 @@ fn write_config(
             .map_err(|source| LoadError::ConfigFile { path: path.clone(), source })?;
     }
     Ok(Some(path))
+}
+
+/// Any plugin, ready for the engine: script or component.
+pub struct LoadedPlugin {
+    /// The plugin's identity (its directory name).
+    pub name: String,
+    pub runner: std::sync::Arc<dyn crate::runner::Runner>,
+    pub settings: crate::manifest::ExecSettings,
+    /// The hooks it takes part in: `[hooks]` for scripts, `describe()` for components.
+    pub hooks: std::collections::BTreeSet<crate::protocol::HookName>,
+    pub warnings: Vec<String>,
+}
+
+/// Loads the plugin in `dir`, whatever its kind: a component plugin when
+/// plugin.toml says `runtime = "wasm"` and `component = "<file>.wasm"`, else a
+/// script plugin.
+///
+/// # Errors
+/// As [`load_script_plugin`]; for a component also a compile, link or
+/// `describe` failure.
+pub fn load_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, LoadError> {
+    let lookup = |var: &str| (cx.host_env)(var).map(|v| v.to_string_lossy().into_owned());
+    let loaded = Manifest::load_with_env(dir, &lookup)?;
+    match loaded.manifest.component.clone() {
+        Some(component) => {
+            let manifest::Loaded { manifest, mut warnings } = loaded;
+            let config = resolved_config(&manifest, cx, &mut warnings);
+            let sandbox = &manifest.sandbox;
+            let limits = crate::runner::wasm::component::Limits {
+                fuel: sandbox.fuel,
+                timeout_ms: sandbox.timeout_ms.unwrap_or(manifest.settings.hook_timeout_secs.saturating_mul(1000)),
+                memory_mb: sandbox.memory_mb,
+                dirs: sandbox.dirs.clone(),
+                env: sandbox.env.clone(),
+            };
+            let runner = crate::runner::wasm::component::ComponentRunner::load(
+                &manifest.name,
+                &component.path,
+                limits,
+                config,
+                cx.home.data_dir(&manifest.name),
+            )?;
+            let hooks = runner.hooks().clone();
+            Ok(LoadedPlugin {
+                name: manifest.name.clone(),
+                runner: std::sync::Arc::new(crate::runner::wasm::component::ComponentHandle(std::sync::Arc::new(
+                    runner,
+                ))),
+                settings: manifest.settings,
+                hooks,
+                warnings,
+            })
+        }
+        None => {
+            let (runner, warnings) = script_runner(loaded, cx)?;
+            let manifest = &runner.plugin().manifest;
+            Ok(LoadedPlugin {
+                name: manifest.name.clone(),
+                settings: manifest.settings.clone(),
+                hooks: manifest.hooks.keys().copied().collect(),
+                runner: std::sync::Arc::new(runner),
+                warnings,
+            })
+        }
+    }
+}
+
+/// `[config.*]` defaults merged with the operator's overrides, as a map.
+fn resolved_config(
+    manifest: &Manifest,
+    cx: &LoadContext<'_>,
+    warnings: &mut Vec<String>,
+) -> serde_json::Map<String, serde_json::Value> {
+    let overrides = cx.config.plugin_config.get(&manifest.name).cloned().unwrap_or_default();
+    let (resolved, w) = manifest::resolve_config(&manifest.config, &overrides);
+    warnings.extend(w);
+    resolved
 }

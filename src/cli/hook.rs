@@ -10,9 +10,9 @@ use super::{CliResult, show_warnings};
 use crate::config::HostConfig;
 use crate::home::Home;
 use crate::manifest::validate_name;
-use crate::plugin::{LoadContext, load_script_plugin};
+use crate::plugin::{LoadContext, load_plugin};
 use crate::protocol::{HookName, HookRequest};
-use crate::runner::{CallOptions, Runner};
+use crate::runner::CallOptions;
 
 /// Run one hook of one plugin and print its reply.
 ///
@@ -78,8 +78,9 @@ pub fn exec(args: HookArgs, home: &Home) -> CliResult {
     let (config, warnings) = HostConfig::load(home.config_file())?;
     show_warnings(&warnings);
     let cx = LoadContext { home, config: &config, host_env: &LoadContext::process_env };
-    let (runner, warnings) = load_script_plugin(&dir, &cx)?;
-    show_warnings(&warnings);
+    let plugin = load_plugin(&dir, &cx)?;
+    show_warnings(&plugin.warnings);
+    let runner = plugin.runner;
 
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let options = CallOptions { timeout_secs: args.timeout_secs };

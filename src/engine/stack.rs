@@ -398,16 +398,29 @@ pub fn load_stack(cx: &crate::plugin::LoadContext<'_>) -> Result<(StackEngine, V
     };
     for (name, manual) in sources {
         let loaded = match manual {
-            Some(hooks) => crate::plugin::load_manual_hooks(hooks, cx),
-            None => crate::plugin::load_script_plugin(&cx.home.plugins_dir().join(&name), cx),
+            Some(hooks) => crate::plugin::load_manual_hooks(hooks, cx).map(|(runner, warnings)| {
+                let manifest = &runner.plugin().manifest;
+                crate::plugin::LoadedPlugin {
+                    name: name.clone(),
+                    settings: manifest.settings.clone(),
+                    hooks: manifest.hooks.keys().copied().collect(),
+                    runner: Arc::new(runner),
+                    warnings,
+                }
+            }),
+            None => crate::plugin::load_plugin(&cx.home.plugins_dir().join(&name), cx),
         };
         match loaded {
-            Ok((runner, load_warnings)) => {
-                warnings.extend(load_warnings.into_iter().map(|w| format!("plugin '{name}': {w}")));
-                let manifest = &runner.plugin().manifest;
-                let (settings, hooks) = (manifest.settings.clone(), manifest.hooks.keys().copied().collect());
-                let layer =
-                    Layer::new(name.clone(), Arc::new(runner), settings, hooks, limiter.clone(), metrics.clone());
+            Ok(plugin) => {
+                warnings.extend(plugin.warnings.into_iter().map(|w| format!("plugin '{name}': {w}")));
+                let layer = Layer::new(
+                    name.clone(),
+                    plugin.runner,
+                    plugin.settings,
+                    plugin.hooks,
+                    limiter.clone(),
+                    metrics.clone(),
+                );
                 layers.push(StackLayer { layer: Arc::new(layer), weight: engine_config.weight(&name) });
             }
             Err(e) => warnings.push(format!("plugin '{name}' is left out of the stack: {e}")),

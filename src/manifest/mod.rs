@@ -13,6 +13,7 @@ mod config;
 mod error;
 mod reader;
 mod runtime;
+mod sandbox;
 mod settings;
 
 use std::collections::BTreeMap;
@@ -24,6 +25,7 @@ use sha2::{Digest, Sha256};
 pub use config::{CONFIG_FIELDS, ConfigField, ConfigType, resolve as resolve_config};
 pub use error::{HookPathError, ManifestError, ManifestErrorKind};
 pub use runtime::Runtime;
+pub use sandbox::{DirGrant, DirMode, SANDBOX_KEYS, Sandbox};
 pub use settings::{CircuitBreaker, ExecSettings, FailurePolicy, SETTING_KEYS, WorkerProtocol};
 
 use crate::protocol::HookName;
@@ -46,6 +48,8 @@ const TOP_KEYS: &[&str] = &[
     "plugin_depends",
     "integrity",
     "hooks",
+    "component",
+    "sandbox",
 ];
 
 /// A checked plugin manifest.
@@ -72,6 +76,10 @@ pub struct Manifest {
     pub integrity: BTreeMap<String, String>,
     /// Hook scripts, canonical and inside `dir`.
     pub hooks: BTreeMap<HookName, HookScript>,
+    /// `component = "<file>.wasm"`: a component plugin (runtime `wasm`).
+    pub component: Option<HookScript>,
+    /// `[sandbox]`: the limits and grants of a component plugin.
+    pub sandbox: Sandbox,
     pub settings: ExecSettings,
     /// Keys this version does not know, kept as written.
     pub unknown: toml::Table,
@@ -268,6 +276,24 @@ impl Manifest {
             }
         }
         let settings = ExecSettings::read(&mut r)?;
+        let component = match r.top::<String>("component")? {
+            Some(raw) => {
+                let path =
+                    check_hook_path(&dir, &raw).map_err(|e| r.error("component", ManifestErrorKind::HookPath(e)))?;
+                Some(HookScript { raw, path })
+            }
+            None => None,
+        };
+        let sandbox = read_sandbox(&mut r, &dir)?;
+        if component.is_some() && settings.runtime != Runtime::Wasm {
+            return Err(r.error(
+                "component",
+                ManifestErrorKind::Invalid(format!(
+                    "a component plugin needs `runtime = \"wasm\"` (it is `{}`)",
+                    settings.runtime
+                )),
+            ));
+        }
         let hooks_known: Vec<&str> =
             HookName::ALL.iter().map(|h| h.as_str()).chain(SETTING_KEYS.iter().copied()).collect();
         let top_known: Vec<&str> = TOP_KEYS.iter().chain(SETTING_KEYS).copied().collect();
@@ -280,7 +306,7 @@ impl Manifest {
                 return Err(fail(Some("plugin_depends"), ManifestErrorKind::MissingDependency(dep.clone())));
             }
         }
-        if hooks.is_empty() {
+        if hooks.is_empty() && component.is_none() {
             warnings.push("the plugin declares no hooks in [hooks]".to_owned());
         }
 
@@ -300,6 +326,8 @@ impl Manifest {
             plugin_depends,
             integrity,
             hooks,
+            component,
+            sandbox,
             settings,
             unknown,
         };
@@ -310,6 +338,61 @@ impl Manifest {
     pub fn hook(&self, hook: HookName) -> Option<&HookScript> {
         self.hooks.get(&hook)
     }
+}
+
+/// `[sandbox]`: limits and grants, with defaults.
+fn read_sandbox(r: &mut Reader<'_>, dir: &Path) -> Result<Sandbox, ManifestError> {
+    let mut sandbox = Sandbox::default();
+    let Some(table) = r.top::<toml::Value>("sandbox")? else { return Ok(sandbox) };
+    let table: toml::Table = r.known_fields("sandbox", table, SANDBOX_KEYS)?;
+    let get = |r: &mut Reader<'_>, key: &str| -> Result<Option<u64>, ManifestError> {
+        match table.get(key) {
+            None => Ok(None),
+            Some(toml::Value::Integer(n)) if *n > 0 => Ok(Some(*n as u64)),
+            Some(toml::Value::Float(f)) if *f >= 1.0 => Ok(Some(*f as u64)),
+            Some(other) => Err(r.error(
+                &format!("sandbox.{key}"),
+                ManifestErrorKind::Invalid(format!("expected a positive number, found {other}")),
+            )),
+        }
+    };
+    if let Some(fuel) = get(r, "fuel")? {
+        sandbox.fuel = fuel;
+    }
+    sandbox.timeout_ms = get(r, "timeout_ms")?;
+    if let Some(mb) = get(r, "memory_mb")? {
+        sandbox.memory_mb = mb;
+    }
+    if let Some(dirs) = table.get("dirs") {
+        let raw: Vec<sandbox::RawDir> = dirs.clone().try_into().map_err(|e: toml::de::Error| {
+            r.error("sandbox.dirs", ManifestErrorKind::Invalid(e.message().trim_end().to_owned()))
+        })?;
+        for d in raw {
+            let host = dir.join(&d.host);
+            let host = host.canonicalize().map_err(|e| {
+                r.error("sandbox.dirs", ManifestErrorKind::Invalid(format!("host dir `{}`: {e}", host.display())))
+            })?;
+            if !host.is_dir() {
+                return Err(r.error(
+                    "sandbox.dirs",
+                    ManifestErrorKind::Invalid(format!("host `{}` is not a directory", host.display())),
+                ));
+            }
+            if !d.guest.starts_with('/') {
+                return Err(r.error(
+                    "sandbox.dirs",
+                    ManifestErrorKind::Invalid(format!("guest path `{}` must be absolute", d.guest)),
+                ));
+            }
+            sandbox.dirs.push(DirGrant { host, guest: d.guest, mode: d.mode });
+        }
+    }
+    if let Some(env) = table.get("env") {
+        sandbox.env = env.clone().try_into().map_err(|e: toml::de::Error| {
+            r.error("sandbox.env", ManifestErrorKind::Invalid(e.message().trim_end().to_owned()))
+        })?;
+    }
+    Ok(sandbox)
 }
 
 /// `[env]`: a value that is exactly `${VAR}` becomes the host's `VAR` (empty,

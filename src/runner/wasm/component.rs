@@ -11,7 +11,7 @@
 //! `Dir` on the plugin's data dir; keys become hex file names, so no key can
 //! name a path), events.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -27,6 +27,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use super::bindings::ctxhost::plugin::{host, types as wit};
 use super::bindings::{ContextPlugin, ContextPluginPre};
 use super::convert;
+use crate::manifest::{DirGrant, DirMode};
 use crate::protocol::{HookName, HookRequest};
 use crate::runner::HookError;
 
@@ -36,17 +37,21 @@ const TICK: Duration = Duration::from_millis(1);
 /// Captured guest stderr, per call.
 const STDERR_CAP: usize = 64 * 1024;
 
-/// The limits of every call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The limits and grants of every call.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     pub fuel: u64,
     pub timeout_ms: u64,
     pub memory_mb: u64,
+    /// Preopened directories; nothing else of the host filesystem is visible.
+    pub dirs: Vec<DirGrant>,
+    /// The guest's whole environment.
+    pub env: BTreeMap<String, String>,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { fuel: 1_000_000_000, timeout_ms: 30_000, memory_mb: 64 }
+        Limits { fuel: 1_000_000_000, timeout_ms: 30_000, memory_mb: 64, dirs: Vec::new(), env: BTreeMap::new() }
     }
 }
 
@@ -195,7 +200,8 @@ impl ComponentRunner {
             ContextPluginPre::new(pre).map_err(|e| fail(format!("does not implement ctxhost:plugin@0.1.0: {e:#}")))?;
         let mut runner =
             ComponentRunner { name: name.to_owned(), pre, hooks: BTreeSet::new(), limits, config, data_dir };
-        let description = runner.with_instance(|plugin, store| plugin.call_describe(store))?;
+        let description =
+            runner.with_instance(runner.limits.timeout_ms, |plugin, store| plugin.call_describe(store))?;
         runner.hooks = description.hooks.into_iter().map(hook_of).collect();
         Ok(runner)
     }
@@ -205,9 +211,23 @@ impl ComponentRunner {
         &self.hooks
     }
 
-    fn store(&self) -> (Store<State>, MemoryOutputPipe) {
+    fn store(&self, timeout_ms: u64) -> Result<(Store<State>, MemoryOutputPipe), HookError> {
         let stderr = MemoryOutputPipe::new(STDERR_CAP);
-        let wasi = WasiCtxBuilder::new().stderr(stderr.clone()).build();
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stderr(stderr.clone());
+        for (k, v) in &self.limits.env {
+            wasi.env(k, v);
+        }
+        for d in &self.limits.dirs {
+            let perms = match d.mode {
+                DirMode::Ro => wasmtime_wasi::FsPerms::ReadOnly,
+                DirMode::Rw => wasmtime_wasi::FsPerms::ReadWrite,
+            };
+            wasi.preopened_dir(&d.host, &d.guest, perms).map_err(|e| {
+                HookError::Component(format!("cannot grant `{}` as `{}`: {e}", d.host.display(), d.guest))
+            })?;
+        }
+        let wasi = wasi.build();
         let limits = StoreLimitsBuilder::new()
             .memory_size(usize::try_from(self.limits.memory_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX))
             .instances(8)
@@ -227,21 +247,22 @@ impl ComponentRunner {
         store.limiter(|s| &mut s.limits);
         // Setting fuel on an engine that consumes fuel cannot fail.
         let _ = store.set_fuel(self.limits.fuel);
-        store.set_epoch_deadline(self.limits.timeout_ms.max(1));
-        (store, stderr)
+        store.set_epoch_deadline(timeout_ms.max(1));
+        Ok((store, stderr))
     }
 
     /// A fresh instance in a fresh store, `f` called on it, traps turned into
     /// errors a user can act on.
     fn with_instance<T>(
         &self,
+        timeout_ms: u64,
         f: impl FnOnce(&ContextPlugin, &mut Store<State>) -> wasmtime::Result<T>,
     ) -> Result<T, HookError> {
-        let (mut store, stderr) = self.store();
+        let (mut store, stderr) = self.store(timeout_ms)?;
         let result = self.pre.instantiate(&mut store).and_then(|plugin| f(&plugin, &mut store));
         result.map_err(|e| {
             let used = self.limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
-            HookError::Component(explain_trap(&e, used, &self.limits, &stderr))
+            HookError::Component(explain_trap(&e, used, timeout_ms, self.limits.memory_mb, &stderr))
         })
     }
 
@@ -249,6 +270,11 @@ impl ComponentRunner {
     /// have printed, so the engine reads both kinds alike. "Not implemented"
     /// becomes the hook's neutral answer ("no opinion").
     pub fn call_sync(&self, request: &HookRequest) -> Result<Value, HookError> {
+        self.call_with_timeout(request, self.limits.timeout_ms)
+    }
+
+    /// [`ComponentRunner::call_sync`] with another deadline.
+    pub fn call_with_timeout(&self, request: &HookRequest, timeout_ms: u64) -> Result<Value, HookError> {
         use serde_json::json;
         let failed = |e: wit::HookError| match e {
             wit::HookError::NotImplemented => None,
@@ -256,7 +282,7 @@ impl ComponentRunner {
         };
         macro_rules! answer {
             ($call:expr, $ok:expr, $neutral:expr) => {
-                match self.with_instance($call)? {
+                match self.with_instance(timeout_ms, $call)? {
                     Ok(v) => Ok($ok(v)),
                     Err(e) => match failed(e) {
                         Some(err) => Err(err),
@@ -369,11 +395,17 @@ fn describe_link_error(e: &wasmtime::Error) -> String {
 }
 
 /// Errors a user can act on: out of fuel, deadline, memory, guest panic.
-fn explain_trap(e: &wasmtime::Error, fuel_used: u64, limits: &Limits, stderr: &MemoryOutputPipe) -> String {
+fn explain_trap(
+    e: &wasmtime::Error,
+    fuel_used: u64,
+    timeout_ms: u64,
+    memory_mb: u64,
+    stderr: &MemoryOutputPipe,
+) -> String {
     let guest_said = String::from_utf8_lossy(&stderr.contents()).trim().to_owned();
     match e.downcast_ref::<Trap>() {
         Some(Trap::OutOfFuel) => format!("out of fuel after {fuel_used} units"),
-        Some(Trap::Interrupt) => format!("deadline of {} ms exceeded", limits.timeout_ms),
+        Some(Trap::Interrupt) => format!("deadline of {timeout_ms} ms exceeded"),
         Some(Trap::UnreachableCodeReached) if guest_said.contains("panicked") => {
             format!(
                 "guest panic: {}",
@@ -381,11 +413,42 @@ fn explain_trap(e: &wasmtime::Error, fuel_used: u64, limits: &Limits, stderr: &M
             )
         }
         _ if format!("{e:#}").contains("memory") && format!("{e:#}").contains("grow") => {
-            format!("memory limit of {} MiB exceeded", limits.memory_mb)
+            format!("memory limit of {memory_mb} MiB exceeded")
         }
         _ => {
             let base = format!("{e:#}");
             if guest_said.is_empty() { base } else { format!("{base}; guest stderr: {guest_said}") }
         }
+    }
+}
+
+/// A component plugin as a [`Runner`]: calls run on a blocking thread (they
+/// are CPU-bound and bounded by fuel and the deadline), and only the hooks the
+/// component described are called.
+#[derive(Clone)]
+pub struct ComponentHandle(pub std::sync::Arc<ComponentRunner>);
+
+impl crate::runner::Runner for ComponentHandle {
+    fn call<'a>(
+        &'a self,
+        request: &'a HookRequest,
+        options: &'a crate::runner::CallOptions,
+    ) -> crate::runner::BoxFuture<'a, Result<Value, HookError>> {
+        Box::pin(async move {
+            let hook = request.hook();
+            if !self.0.hooks.contains(&hook) {
+                let declared: Vec<&str> = self.0.hooks.iter().map(|h| h.as_str()).collect();
+                return Err(HookError::NotDeclared {
+                    plugin: self.0.name.clone(),
+                    hook,
+                    declared: if declared.is_empty() { "none".into() } else { declared.join(", ") },
+                });
+            }
+            let timeout_ms = options.timeout_secs.map_or(self.0.limits.timeout_ms, |s| s.saturating_mul(1000));
+            let (runner, request) = (self.0.clone(), request.clone());
+            tokio::task::spawn_blocking(move || runner.call_with_timeout(&request, timeout_ms))
+                .await
+                .map_err(|e| HookError::Component(format!("the call's thread failed: {e}")))?
+        })
     }
 }
