@@ -139,3 +139,95 @@ fn a_component_takes_part_in_a_stack_with_script_plugins() {
     );
     assert_eq!(engine.metrics().by_plugin()["redact"]["transform_tool_result"].calls, 2);
 }
+
+/// The hostile component with a read-only `/data` and a writable `/scratch`.
+struct Hostile {
+    root: tempfile::TempDir,
+    runner: ComponentRunner,
+}
+
+impl Hostile {
+    fn new(limits: Limits) -> Hostile {
+        let root = tempfile::tempdir().unwrap();
+        let data = root.path().join("data");
+        let scratch = root.path().join("scratch");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::create_dir_all(&scratch).unwrap();
+        std::fs::write(data.join("hello.txt"), "granted content").unwrap();
+        let limits = Limits {
+            dirs: vec![
+                ctxhost::manifest::DirGrant { host: data, guest: "/data".into(), mode: ctxhost::manifest::DirMode::Ro },
+                ctxhost::manifest::DirGrant {
+                    host: scratch,
+                    guest: "/scratch".into(),
+                    mode: ctxhost::manifest::DirMode::Rw,
+                },
+            ],
+            env: [("GREETING".to_owned(), "hi".to_owned())].into(),
+            ..limits
+        };
+        let runner =
+            ComponentRunner::load("hostile", &component("hostile"), limits, Default::default(), root.path().join("kv"))
+                .unwrap();
+        Hostile { root, runner }
+    }
+
+    fn order(&self, order: &str) -> Result<String, String> {
+        let req = HookRequest::from_json(HookName::Ingest, json!({"agent_id": "a", "message": order})).unwrap();
+        self.runner
+            .call_sync(&req)
+            .map(|v| v["memories"][0]["content"].as_str().unwrap_or_default().to_owned())
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn small() -> Limits {
+    Limits { fuel: 200_000_000, timeout_ms: 2_000, memory_mb: 32, ..Limits::default() }
+}
+
+#[test]
+fn hostile_guests_fail_with_their_own_clear_error_in_bounded_time() {
+    let h = Hostile::new(small());
+    let timed = |order: &str| {
+        let started = std::time::Instant::now();
+        let r = h.order(order);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{order} took {:?}", started.elapsed());
+        r
+    };
+    let err = timed("loop").unwrap_err();
+    assert!(err.starts_with("component plugin out of fuel after 2000000"), "{err}");
+    let err = timed("memory").unwrap_err();
+    assert_eq!(err, "component plugin memory limit of 32 MiB exceeded");
+    let err = timed("panic").unwrap_err();
+    assert!(err.contains("guest panic") && err.contains("the hostile guest gave up on purpose"), "{err}");
+    let err = timed("recursion").unwrap_err();
+    assert!(err.contains("stack overflow") && err.contains("recursion"), "{err}");
+    let err = timed("fail").unwrap_err();
+    assert_eq!(err, "component plugin the plugin failed: asked to fail");
+    // And the host still serves: the same runner answers a harmless call.
+    assert_eq!(timed("read-granted").unwrap(), "allowed: \"granted content\"");
+}
+
+#[test]
+fn the_deadline_stops_a_guest_with_fuel_to_spare() {
+    let h = Hostile::new(Limits { fuel: u64::MAX / 2, timeout_ms: 300, ..small() });
+    let started = std::time::Instant::now();
+    let err = h.order("loop").unwrap_err();
+    assert_eq!(err, "component plugin deadline of 300 ms exceeded");
+    assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
+}
+
+#[test]
+fn nothing_outside_the_granted_dirs_is_read_or_written() {
+    let h = Hostile::new(small());
+    let passwd = h.order("read-passwd").unwrap();
+    assert!(passwd.starts_with("denied:") && !passwd.contains("root:"), "{passwd}");
+    let escape = h.order("escape").unwrap();
+    assert!(escape.starts_with("denied:") && !escape.contains("root:"), "{escape}");
+    assert!(h.order("write-ro").unwrap().starts_with("denied:"));
+    assert!(!h.root.path().join("data/planted.txt").exists(), "a read-only grant was written");
+    assert_eq!(h.order("write-rw").unwrap(), "allowed: ()");
+    assert_eq!(std::fs::read_to_string(h.root.path().join("scratch/written.txt")).unwrap(), "ok");
+    assert!(h.order("network").unwrap().starts_with("denied:"));
+    assert_eq!(h.order("env").unwrap(), "[(\"GREETING\", \"hi\")]", "only the declared environment");
+}

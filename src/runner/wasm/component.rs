@@ -406,6 +406,13 @@ fn explain_trap(
     match e.downcast_ref::<Trap>() {
         Some(Trap::OutOfFuel) => format!("out of fuel after {fuel_used} units"),
         Some(Trap::Interrupt) => format!("deadline of {timeout_ms} ms exceeded"),
+        Some(Trap::StackOverflow) => "stack overflow (too deep a recursion)".to_owned(),
+        // Rust guests keep their stack in linear memory: running off its end
+        // is an out-of-bounds access, not a wasm stack overflow.
+        Some(Trap::MemoryOutOfBounds) => {
+            "out-of-bounds memory access (in a Rust guest usually a stack overflow from too deep a recursion)"
+                .to_owned()
+        }
         Some(Trap::UnreachableCodeReached) if guest_said.contains("panicked") => {
             format!(
                 "guest panic: {}",
@@ -415,8 +422,9 @@ fn explain_trap(
         _ if format!("{e:#}").contains("memory") && format!("{e:#}").contains("grow") => {
             format!("memory limit of {memory_mb} MiB exceeded")
         }
-        _ => {
-            let base = format!("{e:#}");
+        trap => {
+            // A trap's own name, not the wasm backtrace around it.
+            let base = trap.map_or_else(|| format!("{e:#}"), |t| format!("trap: {t}"));
             if guest_said.is_empty() { base } else { format!("{base}; guest stderr: {guest_said}") }
         }
     }

@@ -1,0 +1,67 @@
+//! A deliberately hostile component, used only by ctxhost's tests: `ingest`
+//! does what its message names, and reports what happened as one memory.
+//! Each misbehaviour must end in a clear error (or a refused operation)
+//! while the host keeps serving.
+
+use ctxhost_sdk::{Hook, HookError, IngestRequest, Memory, Plugin};
+
+struct Hostile;
+
+fn report(text: String) -> Result<Vec<Memory>, HookError> {
+    Ok(vec![Memory { content: text, tags: Vec::new() }])
+}
+
+fn outcome<T: std::fmt::Debug, E: std::fmt::Display>(r: Result<T, E>) -> String {
+    match r {
+        Ok(v) => format!("allowed: {v:?}"),
+        Err(e) => format!("denied: {e}"),
+    }
+}
+
+/// Recursion the optimiser cannot turn into a loop: each frame keeps a
+/// buffer alive across the call.
+fn recurse(n: u64) -> u64 {
+    if std::hint::black_box(n) == u64::MAX {
+        return 0;
+    }
+    let buf = std::hint::black_box([n; 64]);
+    let below = recurse(buf[(n % 64) as usize] + 1);
+    std::hint::black_box(&buf);
+    below.wrapping_add(buf[1])
+}
+
+impl Plugin for Hostile {
+    const NAME: &'static str = "hostile";
+    const HOOKS: &'static [Hook] = &[Hook::Ingest];
+
+    fn ingest(request: IngestRequest) -> Result<Vec<Memory>, HookError> {
+        match request.message.as_str() {
+            "loop" => {
+                let mut x: u64 = 0;
+                loop {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+            }
+            "memory" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            "recursion" => report(format!("{}", recurse(1))),
+            "panic" => panic!("the hostile guest gave up on purpose"),
+            "read-passwd" => report(outcome(std::fs::read_to_string("/etc/passwd"))),
+            "escape" => report(outcome(std::fs::read_to_string("/data/../../../etc/passwd"))),
+            "read-granted" => report(outcome(std::fs::read_to_string("/data/hello.txt"))),
+            "write-ro" => report(outcome(std::fs::write("/data/planted.txt", "x"))),
+            "write-rw" => report(outcome(std::fs::write("/scratch/written.txt", "ok"))),
+            "network" => report(outcome(std::net::TcpStream::connect("127.0.0.1:9"))),
+            "env" => report(format!("{:?}", std::env::vars().collect::<Vec<_>>())),
+            "fail" => Err(HookError::Failed("asked to fail".into())),
+            other => report(format!("unknown order `{other}`")),
+        }
+    }
+}
+
+ctxhost_sdk::export_plugin!(Hostile);
