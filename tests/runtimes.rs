@@ -1,7 +1,7 @@
 //! Every guest example through its real interpreter, against one shared test set.
 //!
 //! The examples in `guest-examples/` implement the same tiny memory (see its
-//! README): `after_turn` stores what the user said, `ingest` recalls notes
+//! README) — as scripts in every runtime and as a component (`recall`): `after_turn` stores what the user said, `ingest` recalls notes
 //! sharing a word of 4+ letters, newest first, at most 3, per agent.
 
 use serde_json::{Value, json};
@@ -18,7 +18,11 @@ fn recall(p: &TestPlugin, agent: &str, message: &str) -> Vec<String> {
     let req = json!({"agent_id": agent, "message": message, "peer_id": null}).to_string();
     let a = p.hook("ingest", &req).success();
     let r = reply(&a);
-    assert!(stderr(&a).contains("plugin_stderr"), "the example logs one line to stderr: {}", stderr(&a));
+    let log = stderr(&a);
+    assert!(
+        log.contains("plugin_stderr") || log.contains("plugin_log"),
+        "the example logs one line (scripts to stderr, components through the host's log): {log}"
+    );
     assert_eq!(r["type"], "ingest_result", "{r}");
     r["memories"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap().to_owned()).collect()
 }
@@ -113,4 +117,9 @@ fn php() {
 #[test]
 fn native() {
     check("native-memory");
+}
+
+#[test]
+fn component() {
+    check("recall");
 }

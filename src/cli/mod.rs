@@ -99,13 +99,14 @@ fn is_broken_pipe(err: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// Logs go to stderr: host messages from `warn` up, and for `hook` also the
-/// plugin's stderr (target `plugin_stderr`); `-v` shows both everywhere.
+/// plugin's stderr (target `plugin_stderr`) and a component's log
+/// (`plugin_log`); `-v` shows them everywhere.
 fn init_logging(verbose: u8, plugin_stderr: bool) {
     use tracing_subscriber::EnvFilter;
     let filter = match std::env::var("RUST_LOG") {
         Ok(spec) if !spec.is_empty() => EnvFilter::new(spec),
         _ => EnvFilter::new(match verbose {
-            0 if plugin_stderr => "warn,plugin_stderr=info",
+            0 if plugin_stderr => "warn,plugin_stderr=info,plugin_log=info",
             0 => "warn",
             1 => "info",
             2 => "debug",

@@ -19,6 +19,9 @@ pub fn copy_example(name: &str, dest: &Path) {
         std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
         std::fs::copy(native_example_binary(), &bin).unwrap();
     }
+    if name == "recall" {
+        std::fs::copy(component("recall"), dest.join("recall.wasm")).unwrap();
+    }
 }
 
 fn copy_dir(from: &Path, to: &Path) {

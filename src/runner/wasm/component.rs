@@ -306,7 +306,7 @@ impl ComponentRunner {
                     message: r.message.clone(),
                     peer_id: r.peer_id.clone(),
                 };
-                answer!(|p, s| p.call_ingest(s, &req), convert::memories_json, json!({"memories": []}))
+                answer!(|p, s| p.call_ingest(s, &req), convert::ingest_json, json!({"memories": []}))
             }
             HookRequest::Assemble(r) => {
                 let req = wit::AssembleRequest {
@@ -352,7 +352,7 @@ impl ComponentRunner {
                     agent_id: r.agent_id.clone(),
                     messages: convert::messages_to_wit(&r.messages),
                 };
-                answer!(|p, s| p.call_after_turn(s, &req), convert::memories_json, json!({"type": "ok"}))
+                answer!(|p, s| p.call_after_turn(s, &req), convert::after_turn_json, json!({"type": "ok"}))
             }
             HookRequest::TransformToolResult(r) => {
                 let req = wit::TransformRequest {

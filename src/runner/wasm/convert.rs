@@ -132,11 +132,32 @@ pub fn recommendation_to_wit(r: wire::Recommendation) -> wit::Recommendation {
     }
 }
 
-/// Memories as the JSON a script plugin would have answered.
-pub fn memories_json(memories: Vec<wit::Memory>) -> Value {
-    let items: Vec<Value> =
-        memories.into_iter().map(|m| serde_json::json!({"content": m.content, "tags": m.tags})).collect();
-    serde_json::json!({ "memories": items })
+fn memory_items(memories: Vec<wit::Memory>) -> Vec<Value> {
+    memories
+        .into_iter()
+        .map(|m| {
+            if m.tags.is_empty() {
+                serde_json::json!({"content": m.content})
+            } else {
+                serde_json::json!({"content": m.content, "tags": m.tags})
+            }
+        })
+        .collect()
+}
+
+/// An ingest answer as the JSON a script plugin prints (LibreFang's shape).
+pub fn ingest_json(memories: Vec<wit::Memory>) -> Value {
+    serde_json::json!({"type": "ingest_result", "memories": memory_items(memories)})
+}
+
+/// An after_turn answer as a script plugin prints it: `{"type":"ok"}`, with
+/// `memories` when there are any to store.
+pub fn after_turn_json(memories: Vec<wit::Memory>) -> Value {
+    if memories.is_empty() {
+        serde_json::json!({"type": "ok"})
+    } else {
+        serde_json::json!({"type": "ok", "memories": memory_items(memories)})
+    }
 }
 
 #[cfg(test)]
