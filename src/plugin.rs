@@ -156,6 +156,7 @@ pub fn load_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, Loa
                 limits,
                 config,
                 cx.home.data_dir(&manifest.name),
+                Some(&cx.home.cache_dir().join("components")),
             )?;
             let hooks = runner.hooks().clone();
             Ok(LoadedPlugin {

@@ -9,8 +9,15 @@ use crate::util::examples::component;
 
 fn redact() -> ComponentRunner {
     let data = tempfile::tempdir().unwrap();
-    ComponentRunner::load("redact", &component("redact"), Limits::default(), Default::default(), data.path().to_owned())
-        .unwrap()
+    ComponentRunner::load(
+        "redact",
+        &component("redact"),
+        Limits::default(),
+        Default::default(),
+        data.path().to_owned(),
+        None,
+    )
+    .unwrap()
 }
 
 #[test]
@@ -44,7 +51,7 @@ fn a_core_module_or_garbage_is_refused_with_a_clear_message() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("x.wasm");
     std::fs::write(&file, b"\0asm\x01\0\0\0").unwrap();
-    let err = ComponentRunner::load("x", &file, Limits::default(), Default::default(), dir.path().to_owned())
+    let err = ComponentRunner::load("x", &file, Limits::default(), Default::default(), dir.path().to_owned(), None)
         .err()
         .unwrap()
         .to_string();
@@ -166,9 +173,15 @@ impl Hostile {
             env: [("GREETING".to_owned(), "hi".to_owned())].into(),
             ..limits
         };
-        let runner =
-            ComponentRunner::load("hostile", &component("hostile"), limits, Default::default(), root.path().join("kv"))
-                .unwrap();
+        let runner = ComponentRunner::load(
+            "hostile",
+            &component("hostile"),
+            limits,
+            Default::default(),
+            root.path().join("kv"),
+            None,
+        )
+        .unwrap();
         Hostile { root, runner }
     }
 
@@ -230,4 +243,38 @@ fn nothing_outside_the_granted_dirs_is_read_or_written() {
     assert_eq!(std::fs::read_to_string(h.root.path().join("scratch/written.txt")).unwrap(), "ok");
     assert!(h.order("network").unwrap().starts_with("denied:"));
     assert_eq!(h.order("env").unwrap(), "[(\"GREETING\", \"hi\")]", "only the declared environment");
+}
+
+#[test]
+fn compiled_code_is_cached_and_only_trusted_cache_files_are_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let load = || {
+        let data = dir.path().join("kv");
+        ComponentRunner::load("redact", &component("redact"), Limits::default(), Default::default(), data, Some(&cache))
+            .unwrap()
+    };
+    assert!(!load().from_cache(), "the first load compiles");
+    let warm = load();
+    assert!(warm.from_cache(), "the second load uses the .cwasm");
+    let req = HookRequest::from_json(HookName::TransformToolResult, json!({"result": "AKIA0123456789ABCDEF"})).unwrap();
+    assert_eq!(warm.call_sync(&req).unwrap(), json!({"content": "[REDACTED]"}));
+
+    // A .cwasm changed behind the host's back is not loaded, but recompiled over.
+    let cwasm = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .unwrap();
+    let mut code = std::fs::read(&cwasm).unwrap();
+    let last = code.len() - 1;
+    code[last] ^= 0xff;
+    std::fs::write(&cwasm, &code).unwrap();
+    assert!(!load().from_cache());
+    assert!(load().from_cache(), "the recompiled code is trusted again");
+
+    // Nor is one that others may write.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&cwasm, std::fs::Permissions::from_mode(0o666)).unwrap();
+    assert!(!load().from_cache());
 }

@@ -157,6 +157,7 @@ pub struct ComponentRunner {
     limits: Limits,
     config: Map<String, Value>,
     data_dir: PathBuf,
+    from_cache: bool,
 }
 
 fn hook_of(h: wit::Hook) -> HookName {
@@ -184,6 +185,7 @@ impl ComponentRunner {
         limits: Limits,
         config: Map<String, Value>,
         data_dir: PathBuf,
+        cache_dir: Option<&Path>,
     ) -> Result<Self, HookError> {
         let fail = |m: String| HookError::Component(format!("`{}`: {m}", wasm.display()));
         let engine = engine().map_err(fail)?;
@@ -191,19 +193,31 @@ impl ComponentRunner {
         if !wasmparser_is_component(&bytes) {
             return Err(fail("not a WebAssembly component (build it with `--target wasm32-wasip2`)".into()));
         }
-        let component = Component::new(engine, &bytes).map_err(|e| fail(format!("cannot compile it: {e:#}")))?;
+        let (component, from_cache) = compile(engine, &bytes, cache_dir).map_err(fail)?;
         let mut linker: Linker<State> = Linker::new(engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| fail(e.to_string()))?;
         ContextPlugin::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s).map_err(|e| fail(e.to_string()))?;
         let pre = linker.instantiate_pre(&component).map_err(|e| fail(describe_link_error(&e)))?;
         let pre =
             ContextPluginPre::new(pre).map_err(|e| fail(format!("does not implement ctxhost:plugin@0.1.0: {e:#}")))?;
-        let mut runner =
-            ComponentRunner { name: name.to_owned(), pre, hooks: BTreeSet::new(), limits, config, data_dir };
+        let mut runner = ComponentRunner {
+            name: name.to_owned(),
+            pre,
+            hooks: BTreeSet::new(),
+            limits,
+            config,
+            data_dir,
+            from_cache,
+        };
         let description =
             runner.with_instance(runner.limits.timeout_ms, |plugin, store| plugin.call_describe(store))?;
         runner.hooks = description.hooks.into_iter().map(hook_of).collect();
         Ok(runner)
+    }
+
+    /// Whether the compiled code came from the `.cwasm` cache.
+    pub fn from_cache(&self) -> bool {
+        self.from_cache
     }
 
     /// The hooks the component says it implements.
@@ -380,6 +394,61 @@ impl ComponentRunner {
             HookRequest::OnEvent(_) => Ok(json!({"type": "ok"})),
         }
     }
+}
+
+/// Compiles `bytes`, or loads the machine code a previous compile left in
+/// `cache_dir` (`<sha256 of the component>-<engine compatibility>.cwasm`).
+///
+/// Loading precompiled code runs it as-is, so only files this host wrote are
+/// loaded: each `.cwasm` has a `.sha256` beside it written in the same step,
+/// both must belong to this user and be writable by no one else, and the
+/// hash must match. Anything else is ignored and recompiled over.
+fn compile(engine: &Engine, bytes: &[u8], cache_dir: Option<&Path>) -> Result<(Component, bool), String> {
+    use sha2::{Digest, Sha256};
+    use std::hash::{Hash, Hasher};
+    let Some(cache_dir) = cache_dir else {
+        return Component::new(engine, bytes).map(|c| (c, false)).map_err(|e| format!("cannot compile it: {e:#}"));
+    };
+    let mut compat = std::collections::hash_map::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut compat);
+    let key = format!("{}-{:016x}", &hex::encode(Sha256::digest(bytes))[..40], compat.finish());
+    let cwasm = cache_dir.join(format!("{key}.cwasm"));
+    let stamp = cache_dir.join(format!("{key}.sha256"));
+    if let Some(code) = trusted_cache_file(&cwasm, &stamp) {
+        // SAFETY: `code` is a serialized component this host wrote (see
+        // `trusted_cache_file`) for an engine with this compatibility hash.
+        if let Ok(component) = unsafe { Component::deserialize(engine, &code) } {
+            return Ok((component, true));
+        }
+    }
+    let component = Component::new(engine, bytes).map_err(|e| format!("cannot compile it: {e:#}"))?;
+    if let Ok(code) = component.serialize() {
+        let written = std::fs::create_dir_all(cache_dir)
+            .and_then(|()| crate::home::Home::write_atomic(&cwasm, &code))
+            .and_then(|()| crate::home::Home::write_atomic(&stamp, hex::encode(Sha256::digest(&code)).as_bytes()));
+        if let Err(e) = written {
+            tracing::debug!("could not cache the compiled component in `{}`: {e}", cache_dir.display());
+        }
+    }
+    Ok((component, false))
+}
+
+/// The bytes of a cache file this host wrote: owned by this user, writable
+/// by no one else, and matching its `.sha256` stamp.
+fn trusted_cache_file(cwasm: &Path, stamp: &Path) -> Option<Vec<u8>> {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    for file in [cwasm, stamp] {
+        let meta = std::fs::symlink_metadata(file).ok()?;
+        if !meta.is_file() || meta.uid() != me || meta.mode() & 0o022 != 0 {
+            return None;
+        }
+    }
+    let code = std::fs::read(cwasm).ok()?;
+    let expected = std::fs::read_to_string(stamp).ok()?;
+    (hex::encode(Sha256::digest(&code)) == expected.trim()).then_some(code)
 }
 
 /// The component-model layer byte of the binary header tells a component
