@@ -100,7 +100,9 @@ pub fn component(name: &str) -> PathBuf {
             .join("guest-wasm");
         let manifest = repo_root().join("guest-examples/Cargo.toml");
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        // From inside guest-examples/, so its .cargo/config.toml applies.
         let status = std::process::Command::new(cargo)
+            .current_dir(repo_root().join("guest-examples"))
             .args(["build", "--release", "--quiet", "--target", "wasm32-wasip2", "--manifest-path"])
             .arg(&manifest)
             .arg("--target-dir")

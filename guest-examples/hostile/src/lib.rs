@@ -59,6 +59,18 @@ impl Plugin for Hostile {
             "network" => report(outcome(std::net::TcpStream::connect("127.0.0.1:9"))),
             "env" => report(format!("{:?}", std::env::vars().collect::<Vec<_>>())),
             "fail" => Err(HookError::Failed("asked to fail".into())),
+            order if order.starts_with("work:") => {
+                // Bounded CPU work, for the fuel benchmark.
+                let rounds: u64 = order[5..].parse().unwrap_or(0);
+                let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+                for i in 0..rounds {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x = x.wrapping_add(std::hint::black_box(i));
+                }
+                report(format!("{x}"))
+            }
             other => report(format!("unknown order `{other}`")),
         }
     }

@@ -31,29 +31,41 @@ fn is_token_char(c: char) -> bool {
 }
 
 /// `text` with every secret replaced by `[REDACTED]`, and how many there were.
+///
+/// One pass over the bytes; a pattern is only tried where its first byte
+/// stands at the start of a word.
 pub fn redact(text: &str) -> (String, usize) {
+    let bytes = text.as_bytes();
     let mut out = String::with_capacity(text.len());
     let mut count = 0;
-    let mut rest = text;
-    'scan: while !rest.is_empty() {
-        for p in PATTERNS {
-            if let Some(after) = rest.strip_prefix(p.prefix) {
-                let len = after.find(|c: char| !is_token_char(c)).unwrap_or(after.len());
-                let starts_word = out.chars().last().is_none_or(|c| !is_token_char(c));
-                if len >= p.min && starts_word {
-                    out.push_str("[REDACTED]");
-                    count += 1;
-                    rest = &after[len..];
-                    continue 'scan;
+    let mut copied = 0; // bytes of `text` already in `out`
+    let mut i = 0;
+    while i < bytes.len() {
+        let at_word_start = i == 0 || !is_token_char(bytes[i - 1] as char);
+        let mut matched = None;
+        if at_word_start && matches!(bytes[i], b's' | b'g' | b'x' | b'A' | b'B') {
+            for p in PATTERNS {
+                if let Some(after) = text[i..].strip_prefix(p.prefix) {
+                    let len = after.find(|c: char| !is_token_char(c)).unwrap_or(after.len());
+                    if len >= p.min {
+                        matched = Some(p.prefix.len() + len);
+                        break;
+                    }
                 }
             }
         }
-        let mut chars = rest.chars();
-        if let Some(c) = chars.next() {
-            out.push(c);
+        match matched {
+            Some(len) => {
+                out.push_str(&text[copied..i]);
+                out.push_str("[REDACTED]");
+                count += 1;
+                i += len;
+                copied = i;
+            }
+            None => i += 1,
         }
-        rest = chars.as_str();
     }
+    out.push_str(&text[copied..]);
     (out, count)
 }
 

@@ -34,6 +34,11 @@ use crate::runner::HookError;
 /// One epoch tick.
 const TICK: Duration = Duration::from_millis(1);
 
+/// Bytes of each pooled memory and table reset by `memset` rather than
+/// `madvise`: a fresh instance then faults in no pages for its stack and
+/// first heap pages, and no TLB shootdown follows each call.
+const KEEP_RESIDENT: usize = 256 << 10;
+
 /// Captured guest stderr, per call.
 const STDERR_CAP: usize = 64 * 1024;
 
@@ -55,6 +60,15 @@ impl Default for Limits {
     }
 }
 
+/// An engine configured as the shared one, but with fuel metering on or off
+/// and no epoch ticker (deadlines never fire): for measuring what fuel costs.
+#[doc(hidden)]
+pub fn bench_engine(fuel: bool) -> Engine {
+    let mut config = Config::new();
+    config.consume_fuel(fuel).epoch_interruption(true);
+    Engine::new(&config).unwrap_or_else(|e| panic!("bench engine: {e}"))
+}
+
 /// The process-wide engine, with its epoch ticker.
 pub fn engine() -> Result<&'static Engine, String> {
     static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
@@ -62,6 +76,7 @@ pub fn engine() -> Result<&'static Engine, String> {
         .get_or_init(|| {
             let mut pool = PoolingAllocationConfig::default();
             pool.total_component_instances(256).total_memories(256).total_tables(256).max_memory_size(1 << 30);
+            pool.linear_memory_keep_resident(KEEP_RESIDENT).table_keep_resident(KEEP_RESIDENT);
             let mut config = Config::new();
             config.consume_fuel(true).epoch_interruption(true);
             config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
@@ -187,8 +202,23 @@ impl ComponentRunner {
         data_dir: PathBuf,
         cache_dir: Option<&Path>,
     ) -> Result<Self, HookError> {
+        let shared = engine().map_err(|m| HookError::Component(format!("`{}`: {m}", wasm.display())))?;
+        Self::load_with_engine(shared, name, wasm, limits, config, data_dir, cache_dir)
+    }
+
+    /// [`ComponentRunner::load`] on another engine (benchmarks).
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)] // `load`'s arguments plus the engine
+    pub fn load_with_engine(
+        engine: &Engine,
+        name: &str,
+        wasm: &Path,
+        limits: Limits,
+        config: Map<String, Value>,
+        data_dir: PathBuf,
+        cache_dir: Option<&Path>,
+    ) -> Result<Self, HookError> {
         let fail = |m: String| HookError::Component(format!("`{}`: {m}", wasm.display()));
-        let engine = engine().map_err(fail)?;
         let bytes = std::fs::read(wasm).map_err(|e| fail(format!("cannot read it: {e}")))?;
         if !wasmparser_is_component(&bytes) {
             return Err(fail("not a WebAssembly component (build it with `--target wasm32-wasip2`)".into()));
@@ -259,7 +289,7 @@ impl ComponentRunner {
         };
         let mut store = Store::new(self.pre.engine(), state);
         store.limiter(|s| &mut s.limits);
-        // Setting fuel on an engine that consumes fuel cannot fail.
+        // Fails only on an engine without fuel metering (benchmarks): fine.
         let _ = store.set_fuel(self.limits.fuel);
         store.set_epoch_deadline(timeout_ms.max(1));
         Ok((store, stderr))

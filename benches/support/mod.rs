@@ -1,0 +1,59 @@
+//! Measurement helpers shared by the benches: paired, alternating samples.
+//!
+//! Two criterion groups run seconds apart, and this 2-core machine drifts
+//! more than some of the differences we care about; alternating the two
+//! sides call by call and taking medians of the differences cancels that.
+
+#![allow(dead_code)]
+
+use std::time::Instant;
+
+/// Alternates `a` and `b` `pairs` times (after a warm-up) and returns the
+/// medians of a, of b, of b - a and of b / a, in ms.
+pub fn paired(pairs: usize, a: impl FnMut(), b: impl FnMut()) -> (f64, f64, f64, f64) {
+    let s = paired_samples(pairs, a, b);
+    (median(s.0), median(s.1), median(s.2), median(s.3))
+}
+
+/// The raw samples of [`paired`]: times of a, of b, differences, ratios.
+pub fn paired_samples(
+    pairs: usize,
+    mut a: impl FnMut(),
+    mut b: impl FnMut(),
+) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
+    let time = |f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        f();
+        t.elapsed().as_secs_f64() * 1e3
+    };
+    for _ in 0..3 {
+        a();
+        b();
+    }
+    let (mut ta, mut tb, mut diff, mut ratio) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for i in 0..pairs {
+        // Alternate which side goes first, so neither always runs on a warmer cache.
+        let (x, y) = if i % 2 == 0 {
+            let x = time(&mut a);
+            (x, time(&mut b))
+        } else {
+            let y = time(&mut b);
+            (time(&mut a), y)
+        };
+        ta.push(x);
+        tb.push(y);
+        diff.push(y - x);
+        ratio.push(y / x);
+    }
+    (ta, tb, diff, ratio)
+}
+
+/// The `q` quantile (0..1) of `v`.
+pub fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * q) as usize]
+}
+
+pub fn median(v: Vec<f64>) -> f64 {
+    quantile(v, 0.5)
+}
