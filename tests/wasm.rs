@@ -246,6 +246,17 @@ fn nothing_outside_the_granted_dirs_is_read_or_written() {
 }
 
 #[test]
+fn storage_keys_cannot_name_a_path() {
+    let h = Hostile::new(small());
+    assert_eq!(h.order("storage").unwrap(), "Ok(()) Some(\"kept\")");
+    let kv = h.root.path().join("kv");
+    let files: Vec<String> =
+        std::fs::read_dir(&kv).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(files, [format!("kv-{}", hex::encode("../../outside/planted"))]);
+    assert!(!h.root.path().join("outside").exists() && !kv.join("../../outside").exists());
+}
+
+#[test]
 fn compiled_code_is_cached_and_only_trusted_cache_files_are_loaded() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");

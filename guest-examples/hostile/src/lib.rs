@@ -59,6 +59,14 @@ impl Plugin for Hostile {
             "network" => report(outcome(std::net::TcpStream::connect("127.0.0.1:9"))),
             "env" => report(format!("{:?}", std::env::vars().collect::<Vec<_>>())),
             "fail" => Err(HookError::Failed("asked to fail".into())),
+            "storage" => {
+                // Keys are opaque: a path-like key must not reach outside.
+                let key = "../../outside/planted";
+                let set = ctxhost_sdk::host::storage_set(key, b"kept");
+                let got = ctxhost_sdk::host::storage_get(key);
+                let _ = ctxhost_sdk::host::storage_delete("never-set");
+                report(format!("{set:?} {:?}", got.map(|b| String::from_utf8_lossy(&b).into_owned())))
+            }
             order if order.starts_with("work:") => {
                 // Bounded CPU work, for the fuel benchmark.
                 let rounds: u64 = order[5..].parse().unwrap_or(0);
