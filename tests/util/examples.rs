@@ -41,27 +41,35 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// `cargo build --release` of `guest-examples/<crate_dir>` into
+/// `<target>/<target_name>`, run from inside `guest-examples/` so its
+/// `.cargo/config.toml` applies. Returns the target dir.
+fn build_guests(crate_dir: &str, target_name: &str, extra: &[&str], hint: &str) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"))
+        .join(target_name);
+    let manifest = repo_root().join("guest-examples").join(crate_dir).join("Cargo.toml");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .current_dir(repo_root().join("guest-examples"))
+        .args(["build", "--release", "--quiet"])
+        .args(extra)
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&target)
+        .status()
+        .expect("run cargo for the guest examples");
+    assert!(status.success(), "building `{}` failed{hint}", manifest.display());
+    target
+}
+
 /// Builds `guest-examples/native-memory` once per test run, into its own
 /// target dir (`target/guest-native`).
 pub fn native_example_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| repo_root().join("target"))
-            .join("guest-native");
-        let manifest = repo_root().join("guest-examples/native-memory/Cargo.toml");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = std::process::Command::new(cargo)
-            .args(["build", "--release", "--quiet", "--manifest-path"])
-            .arg(&manifest)
-            .arg("--target-dir")
-            .arg(&target)
-            .status()
-            .expect("run cargo for the native example");
-        assert!(status.success(), "building the native example `{}` failed", manifest.display());
-        target.join("release").join("native-memory")
-    })
+    BIN.get_or_init(|| build_guests("native-memory", "guest-native", &[], "").join("release").join("native-memory"))
 }
 
 /// The benches' yardstick: runs `program args…` directly from Rust, in `cwd`
@@ -94,26 +102,9 @@ pub fn run_bare(program: &Path, args: &[&Path], cwd: &Path, request: &str) -> Ve
 pub fn component(name: &str) -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     let dir = DIR.get_or_init(|| {
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| repo_root().join("target"))
-            .join("guest-wasm");
-        let manifest = repo_root().join("guest-examples/Cargo.toml");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        // From inside guest-examples/, so its .cargo/config.toml applies.
-        let status = std::process::Command::new(cargo)
-            .current_dir(repo_root().join("guest-examples"))
-            .args(["build", "--release", "--quiet", "--target", "wasm32-wasip2", "--manifest-path"])
-            .arg(&manifest)
-            .arg("--target-dir")
-            .arg(&target)
-            .status()
-            .expect("run cargo for the component examples");
-        assert!(
-            status.success(),
-            "building the component examples failed; is the wasm32-wasip2 target installed? (`rustup target add wasm32-wasip2`, which scripts/test.sh does)"
-        );
-        target.join("wasm32-wasip2/release")
+        let hint =
+            "; is the wasm32-wasip2 target installed? (`rustup target add wasm32-wasip2`, which scripts/test.sh does)";
+        build_guests("", "guest-wasm", &["--target", "wasm32-wasip2"], hint).join("wasm32-wasip2/release")
     });
     dir.join(format!("{name}.wasm"))
 }
