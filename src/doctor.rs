@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::manifest::{MANIFEST_FILE, Runtime};
-use crate::plugin::{LoadContext, LoadError, load_plugin, load_script_plugin};
+use crate::plugin::{LoadContext, load_plugin, load_script_plugin};
 use crate::runner::process::{Launcher, find_on_path, probe, runtime_info};
 
 /// How long one `--version` probe may take.
@@ -137,13 +137,16 @@ fn check_plugin(dir: &Path, cx: &LoadContext<'_>) -> PluginStatus {
             };
         }
         Ok(_) => {}
-        Err(e @ LoadError::WasmUnsupported(_)) => {
-            let mut status = broken("wasm".into(), e.to_string());
-            status.hooks_valid = true;
-            status.install_hint = runtime_info(&Runtime::Wasm).install_hint.to_owned();
+        Err(e) => {
+            // Name the runtime when at least the manifest reads.
+            let lookup = |v: &str| (cx.host_env)(v).map(|s| s.to_string_lossy().into_owned());
+            let runtime = crate::manifest::Manifest::load_with_env(dir, &lookup)
+                .map(|l| l.manifest.settings.runtime.label())
+                .unwrap_or_else(|_| "unknown".into());
+            let mut status = broken(runtime.clone(), e.to_string());
+            status.runtime_available = runtime == "wasm";
             return status;
         }
-        Err(e) => return broken("unknown".into(), e.to_string()),
     }
     let (runner, _warnings) = match load_script_plugin(dir, cx) {
         Ok(loaded) => loaded,

@@ -25,10 +25,8 @@ pub enum LoadError {
         #[source]
         source: std::io::Error,
     },
-    #[error(
-        "plugin '{0}' uses runtime `wasm` with per-hook core modules (LibreFang's wasm hooks), which this build cannot run yet; component plugins (`component = \"<file>.wasm\"`) are supported"
-    )]
-    WasmUnsupported(String),
+    #[error("plugin '{0}' uses runtime `wasm`: it is not a script plugin (load it with `load_plugin`)")]
+    NotAScript(String),
     #[error(transparent)]
     Component(#[from] crate::runner::HookError),
 }
@@ -72,7 +70,7 @@ pub fn load_manual_hooks(hooks: &toml::Table, cx: &LoadContext<'_>) -> Result<(P
 fn script_runner(loaded: manifest::Loaded, cx: &LoadContext<'_>) -> Result<(ProcessRunner, Vec<String>), LoadError> {
     let manifest::Loaded { manifest, mut warnings } = loaded;
     if manifest.settings.runtime == Runtime::Wasm {
-        return Err(LoadError::WasmUnsupported(manifest.name));
+        return Err(LoadError::NotAScript(manifest.name));
     }
     let config_file = write_config(&manifest, cx, &mut warnings)?;
     let info = process::runtime_info(&manifest.settings.runtime);
@@ -166,6 +164,28 @@ pub fn load_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, Loa
                 ))),
                 settings: manifest.settings,
                 hooks,
+                warnings,
+            })
+        }
+        None if loaded.manifest.settings.runtime == Runtime::Wasm => {
+            // LibreFang's per-hook core modules (spec section 11).
+            let manifest::Loaded { manifest, warnings } = loaded;
+            let sandbox = &manifest.sandbox;
+            let limits = crate::runner::wasm::component::Limits {
+                fuel: sandbox.fuel,
+                timeout_ms: sandbox.timeout_ms.unwrap_or(manifest.settings.hook_timeout_secs.saturating_mul(1000)),
+                memory_mb: sandbox.memory_mb,
+                ..Default::default()
+            };
+            let paths = manifest.hooks.iter().map(|(h, s)| (*h, s.path.as_path())).collect();
+            let runner = crate::runner::wasm::core_module::CoreModuleRunner::load(&manifest.name, &paths, limits)?;
+            Ok(LoadedPlugin {
+                name: manifest.name.clone(),
+                settings: manifest.settings.clone(),
+                hooks: runner.hooks().collect(),
+                runner: std::sync::Arc::new(crate::runner::wasm::core_module::CoreModuleHandle(std::sync::Arc::new(
+                    runner,
+                ))),
                 warnings,
             })
         }

@@ -122,8 +122,8 @@ fn doctor_json_has_librefangs_shape() {
     assert_eq!(names, ["broken", "comp", "nat", "t"]);
     assert_eq!(plugins[0]["hooks_valid"], false);
     assert!(plugins[0]["error"].as_str().unwrap().contains("key `version`: missing required key"));
-    assert_eq!((&plugins[1]["runtime"], &plugins[1]["runtime_available"]), (&Value::from("wasm"), &Value::from(false)));
-    assert!(plugins[1]["error"].as_str().unwrap().contains("cannot run yet"), "{}", plugins[1]);
+    assert_eq!((&plugins[1]["runtime"], &plugins[1]["hooks_valid"]), (&Value::from("wasm"), &Value::from(false)));
+    assert!(plugins[1]["error"].as_str().unwrap().contains("cannot compile it"), "{}", plugins[1]);
     assert_eq!(plugins[2]["hooks_valid"], false, "{}", plugins[2]);
     assert!(plugins[2]["error"].as_str().unwrap().contains("neither executable nor a script"), "{}", plugins[2]);
     assert_eq!(

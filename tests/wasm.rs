@@ -289,3 +289,65 @@ fn compiled_code_is_cached_and_only_trusted_cache_files_are_loaded() {
     std::fs::set_permissions(&cwasm, std::fs::Permissions::from_mode(0o666)).unwrap();
     assert!(!load().from_cache());
 }
+
+/// A LibreFang-style core-module plugin whose `ingest` is `wat` (WAT text is
+/// accepted where a `.wasm` is expected).
+fn core_plugin(wat: &str, sandbox: &str) -> crate::util::TestPlugin {
+    let manifest = format!(
+        "name = \"core\"\nversion = \"1\"\n[hooks]\nruntime = \"wasm\"\ningest = \"hooks/ingest.wasm\"\n{sandbox}\n"
+    );
+    crate::util::TestPlugin::new("core", &[("plugin.toml", &manifest), ("hooks/ingest.wasm", wat)])
+}
+
+const BUMP_ALLOC: &str = r#"
+  (memory (export "memory") 2)
+  (global $next (mut i32) (i32.const 1024))
+  (func (export "alloc") (param $n i32) (result i32)
+    (local $p i32)
+    (local.set $p (global.get $next))
+    (global.set $next (i32.add (global.get $next) (local.get $n)))
+    (local.get $p))
+"#;
+
+#[test]
+fn librefang_core_module_hooks_run_unmodified() {
+    let wat = format!(
+        r#"(module
+  (import "librefang" "host_log" (func $log (param i32 i32 i32)))
+  (import "librefang" "host_call" (func $call (param i32 i32) (result i64)))
+  {BUMP_ALLOC}
+  (data (i32.const 16) "{{\"memories\":[{{\"content\":\"from core\"}}]}}")
+  (data (i32.const 128) "{{\"method\":\"kv_get\",\"params\":{{}}}}")
+  (func (export "execute") (param $ptr i32) (param $len i32) (result i64)
+    (call $log (i32.const 2) (local.get $ptr) (local.get $len))
+    (drop (call $call (i32.const 128) (i32.const 31)))
+    (i64.or (i64.shl (i64.const 16) (i64.const 32)) (i64.const 38))))"#
+    );
+    let p = core_plugin(&wat, "");
+    let a = p.hook("ingest", r#"{"agent_id":"a","message":"hi"}"#).success();
+    assert_eq!(crate::util::reply(&a), json!({"memories": [{"content": "from core"}]}));
+    let log = crate::util::stderr(&a);
+    assert!(
+        log.contains(r#"{"type":"ingest","agent_id":"a","message":"hi","peer_id":null}"#),
+        "the request was logged: {log}"
+    );
+}
+
+#[test]
+fn core_modules_are_bounded_and_checked() {
+    let looping = format!(
+        r#"(module {BUMP_ALLOC}
+  (func (export "execute") (param i32 i32) (result i64) (loop $l (br $l)) (i64.const 0)))"#
+    );
+    let p = core_plugin(&looping, "[sandbox]\nfuel = 1000000\n");
+    let err = crate::util::stderr(&p.hook("ingest", "{}").failure());
+    assert_eq!(err, "error: component plugin out of fuel after 1000000 units\n");
+
+    let foreign = format!(
+        r#"(module (import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32))) {BUMP_ALLOC}
+  (func (export "execute") (param i32 i32) (result i64) (i64.const 0)))"#
+    );
+    let p = core_plugin(&foreign, "");
+    let err = crate::util::stderr(&p.hook("ingest", "{}").failure());
+    assert!(err.contains("imports `wasi_snapshot_preview1.fd_write`, which is not allowed"), "{err}");
+}

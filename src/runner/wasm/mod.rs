@@ -6,3 +6,4 @@
 pub mod bindings;
 pub mod component;
 mod convert;
+pub mod core_module;
