@@ -351,3 +351,37 @@ fn core_modules_are_bounded_and_checked() {
     let err = crate::util::stderr(&p.hook("ingest", "{}").failure());
     assert!(err.contains("imports `wasi_snapshot_preview1.fd_write`, which is not allowed"), "{err}");
 }
+
+#[test]
+fn the_budget_component_assembles_within_the_window() {
+    let data = tempfile::tempdir().unwrap();
+    let budget = ComponentRunner::load(
+        "budget",
+        &component("budget"),
+        Limits::default(),
+        Default::default(),
+        data.path().to_owned(),
+        None,
+    )
+    .unwrap();
+    let text = |role: &str, t: &str| json!({"role": role, "content": t});
+    let request = HookRequest::from_json(
+        HookName::Assemble,
+        json!({
+            "agent_id": "a",
+            "system_prompt": "",
+            "context_window_tokens": 30,
+            "messages": [
+                {"role": "system", "content": "rules", "pinned": true},
+                text("user", &"old ".repeat(40)),
+                text("assistant", "short answer"),
+                text("user", "latest question"),
+            ],
+        }),
+    )
+    .unwrap();
+    let reply = budget.call_sync(&request).unwrap();
+    let contents: Vec<&str> =
+        reply["messages"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap()).collect();
+    assert_eq!(contents, ["rules", "short answer", "latest question"], "the oldest, longest message went");
+}
