@@ -385,3 +385,39 @@ fn the_budget_component_assembles_within_the_window() {
         reply["messages"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap()).collect();
     assert_eq!(contents, ["rules", "short answer", "latest question"], "the oldest, longest message went");
 }
+
+/// A component from WAT text, written to `x.wasm` in `dir`.
+fn wat_component(dir: &std::path::Path, wat: &str) -> std::path::PathBuf {
+    let file = dir.join("x.wasm");
+    std::fs::write(&file, wat::parse_str(wat).unwrap()).unwrap();
+    file
+}
+
+#[test]
+fn a_component_for_another_world_version_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = wat_component(dir.path(), r#"(component (import "ctxhost:plugin/host@0.2.0" (instance)))"#);
+    let err = ComponentRunner::load("x", &file, Limits::default(), Default::default(), dir.path().to_owned(), None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.ends_with("built for ctxhost:plugin@0.2.0, but this host implements ctxhost:plugin@0.1.0; rebuild it against this host's wit/ctxhost.wit"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_import_outside_the_policy_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = wat_component(
+        dir.path(),
+        r#"(component (import "wasi:http/outgoing-handler@0.2.0" (instance (export "handle" (func)))))"#,
+    );
+    let err = ComponentRunner::load("x", &file, Limits::default(), Default::default(), dir.path().to_owned(), None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("imports something ctxhost does not provide"), "{err}");
+    assert!(err.contains("wasi:http/outgoing-handler@0.2.0"), "the import is named: {err}");
+}

@@ -224,6 +224,7 @@ impl ComponentRunner {
             return Err(fail("not a WebAssembly component (build it with `--target wasm32-wasip2`)".into()));
         }
         let (component, from_cache) = compile(engine, &bytes, cache_dir).map_err(fail)?;
+        check_world_version(&component, engine).map_err(fail)?;
         let mut linker: Linker<State> = Linker::new(engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| fail(e.to_string()))?;
         ContextPlugin::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s).map_err(|e| fail(e.to_string()))?;
@@ -485,6 +486,30 @@ fn trusted_cache_file(cwasm: &Path, stamp: &Path) -> Option<Vec<u8>> {
 /// (`0d 00 01 00`) from a core module (`01 00 00 00`).
 fn wasmparser_is_component(bytes: &[u8]) -> bool {
     bytes.len() >= 8 && &bytes[..4] == b"\0asm" && bytes[4..8] == [0x0d, 0x00, 0x01, 0x00]
+}
+
+/// The world version this host implements.
+pub const WORLD_VERSION: &str = "0.1.0";
+
+/// Refuses a component that imports `ctxhost:plugin/…` of another
+/// compatible-version line (0.x: another minor; else another major), naming both.
+fn check_world_version(component: &Component, engine: &Engine) -> Result<(), String> {
+    let line = |v: &str| {
+        let mut parts = v.split('.');
+        let (major, minor) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        if major == "0" { format!("0.{minor}") } else { major.to_owned() }
+    };
+    for (name, _) in component.component_type().imports(engine) {
+        let Some(rest) = name.strip_prefix("ctxhost:plugin/") else { continue };
+        let version = rest.split_once('@').map_or("", |(_, v)| v);
+        if line(version) != line(WORLD_VERSION) {
+            return Err(format!(
+                "built for ctxhost:plugin@{version}, but this host implements ctxhost:plugin@{WORLD_VERSION}; \
+                 rebuild it against this host's wit/ctxhost.wit"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn describe_link_error(e: &wasmtime::Error) -> String {
