@@ -421,3 +421,27 @@ fn an_import_outside_the_policy_is_refused_by_name() {
     assert!(err.contains("imports something ctxhost does not provide"), "{err}");
     assert!(err.contains("wasi:http/outgoing-handler@0.2.0"), "the import is named: {err}");
 }
+
+#[test]
+fn guest_output_goes_to_the_log_and_a_panic_fails_the_call() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("plugins/hostile");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(component("hostile"), dir.join("hostile.wasm")).unwrap();
+    std::fs::write(
+        dir.join("plugin.toml"),
+        "name = \"hostile\"\nversion = \"1\"\nruntime = \"wasm\"\ncomponent = \"hostile.wasm\"\n",
+    )
+    .unwrap();
+    let a = crate::util::ctxhost()
+        .arg("--home")
+        .arg(root.path().join("home"))
+        .args(["hook", dir.to_str().unwrap(), "ingest"])
+        .write_stdin(r#"{"message":"panic"}"#)
+        .assert()
+        .failure();
+    let err = crate::util::stderr(&a);
+    let logged = err.lines().filter(|l| l.contains("plugin_stderr") && l.contains("stream=\"stderr\"")).count();
+    assert!(logged >= 1, "the guest's stderr reaches the log: {err}");
+    assert!(err.lines().last().unwrap().starts_with("error: component plugin guest panic: "), "{err}");
+}

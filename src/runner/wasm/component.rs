@@ -39,7 +39,26 @@ const TICK: Duration = Duration::from_millis(1);
 /// first heap pages, and no TLB shootdown follows each call.
 const KEEP_RESIDENT: usize = 256 << 10;
 
-/// Captured guest stderr, per call.
+/// What a guest printed during one call. The host has no console to give
+/// it: both streams are captured and go to tracing (target `plugin_stderr`,
+/// as a script's stderr does), and stderr also explains a panic.
+struct GuestOutput {
+    stdout: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
+}
+
+impl GuestOutput {
+    fn log(&self, plugin: &str) {
+        for (stream, pipe) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
+            let bytes = pipe.contents();
+            for line in String::from_utf8_lossy(&bytes).lines().filter(|l| !l.trim().is_empty()) {
+                tracing::info!(target: "plugin_stderr", plugin, stream, "{line}");
+            }
+        }
+    }
+}
+
+/// Captured guest output per stream, per call.
 const STDERR_CAP: usize = 64 * 1024;
 
 /// The limits and grants of every call.
@@ -256,10 +275,11 @@ impl ComponentRunner {
         &self.hooks
     }
 
-    fn store(&self, timeout_ms: u64) -> Result<(Store<State>, MemoryOutputPipe), HookError> {
-        let stderr = MemoryOutputPipe::new(STDERR_CAP);
+    fn store(&self, timeout_ms: u64) -> Result<(Store<State>, GuestOutput), HookError> {
+        let output =
+            GuestOutput { stdout: MemoryOutputPipe::new(STDERR_CAP), stderr: MemoryOutputPipe::new(STDERR_CAP) };
         let mut wasi = WasiCtxBuilder::new();
-        wasi.stderr(stderr.clone());
+        wasi.stdout(output.stdout.clone()).stderr(output.stderr.clone());
         for (k, v) in &self.limits.env {
             wasi.env(k, v);
         }
@@ -293,7 +313,7 @@ impl ComponentRunner {
         // Fails only on an engine without fuel metering (benchmarks): fine.
         let _ = store.set_fuel(self.limits.fuel);
         store.set_epoch_deadline(timeout_ms.max(1));
-        Ok((store, stderr))
+        Ok((store, output))
     }
 
     /// A fresh instance in a fresh store, `f` called on it, traps turned into
@@ -303,11 +323,12 @@ impl ComponentRunner {
         timeout_ms: u64,
         f: impl FnOnce(&ContextPlugin, &mut Store<State>) -> wasmtime::Result<T>,
     ) -> Result<T, HookError> {
-        let (mut store, stderr) = self.store(timeout_ms)?;
+        let (mut store, output) = self.store(timeout_ms)?;
         let result = self.pre.instantiate(&mut store).and_then(|plugin| f(&plugin, &mut store));
+        output.log(&self.name);
         result.map_err(|e| {
             let used = self.limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
-            HookError::Component(explain_trap(&e, used, timeout_ms, self.limits.memory_mb, &stderr))
+            HookError::Component(explain_trap(&e, used, timeout_ms, self.limits.memory_mb, &output.stderr))
         })
     }
 
