@@ -40,6 +40,18 @@ pub enum HookError {
     Component(String),
 }
 
+impl HookError {
+    /// `plugin` was asked for `hook` but declares only `declared`.
+    pub fn not_declared(plugin: &str, hook: HookName, declared: impl IntoIterator<Item = HookName>) -> Self {
+        let declared: Vec<&str> = declared.into_iter().map(HookName::as_str).collect();
+        HookError::NotDeclared {
+            plugin: plugin.to_owned(),
+            hook,
+            declared: if declared.is_empty() { "none".into() } else { declared.join(", ") },
+        }
+    }
+}
+
 fn stderr_suffix(stderr: &str) -> String {
     if stderr.is_empty() { " (stderr was empty)".to_owned() } else { format!("\nstderr: {stderr}") }
 }

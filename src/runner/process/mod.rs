@@ -27,7 +27,7 @@ pub use oneshot::DEFAULT_OUTPUT_CAP;
 
 use super::{BoxFuture, CallOptions, HookError, Runner};
 use crate::manifest::{Manifest, Runtime, check_hook_path};
-use crate::protocol::{HookName, HookRequest, parse_stdout};
+use crate::protocol::{HookRequest, parse_stdout};
 
 /// Resolves the launcher of `runtime` for a plugin in `plugin_dir`: found on
 /// `PATH` once, and seen through version-manager shims (cached under
@@ -181,7 +181,9 @@ impl ProcessRunner {
     async fn call_inner(&self, request: &HookRequest, options: &CallOptions) -> Result<Value, HookError> {
         let manifest = &self.plugin.manifest;
         let hook = request.hook();
-        let script = manifest.hook(hook).ok_or_else(|| not_declared(manifest, hook))?;
+        let script = manifest
+            .hook(hook)
+            .ok_or_else(|| HookError::not_declared(&manifest.name, hook, manifest.hooks.keys().copied()))?;
         // Checked on every call: the file may have moved or been replaced by
         // an escaping symlink since load.
         let path = check_hook_path(&manifest.dir, &script.raw)?;
@@ -208,15 +210,6 @@ impl ProcessRunner {
         drop(tmp);
         let stdout = finished.check_status()?;
         Ok(parse_stdout(&stdout)?)
-    }
-}
-
-fn not_declared(manifest: &Manifest, hook: HookName) -> HookError {
-    let declared: Vec<&str> = manifest.hooks.keys().map(|h| h.as_str()).collect();
-    HookError::NotDeclared {
-        plugin: manifest.name.clone(),
-        hook,
-        declared: if declared.is_empty() { "none".into() } else { declared.join(", ") },
     }
 }
 

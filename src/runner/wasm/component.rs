@@ -590,18 +590,11 @@ impl crate::runner::Runner for ComponentHandle {
         Box::pin(async move {
             let hook = request.hook();
             if !self.0.hooks.contains(&hook) {
-                let declared: Vec<&str> = self.0.hooks.iter().map(|h| h.as_str()).collect();
-                return Err(HookError::NotDeclared {
-                    plugin: self.0.name.clone(),
-                    hook,
-                    declared: if declared.is_empty() { "none".into() } else { declared.join(", ") },
-                });
+                return Err(HookError::not_declared(&self.0.name, hook, self.0.hooks.iter().copied()));
             }
-            let timeout_ms = options.timeout_secs.map_or(self.0.limits.timeout_ms, |s| s.saturating_mul(1000));
+            let timeout_ms = super::call_timeout_ms(options, self.0.limits.timeout_ms);
             let (runner, request) = (self.0.clone(), request.clone());
-            tokio::task::spawn_blocking(move || runner.call_with_timeout(&request, timeout_ms))
-                .await
-                .map_err(|e| HookError::Component(format!("the call's thread failed: {e}")))?
+            super::on_blocking_pool(move || runner.call_with_timeout(&request, timeout_ms)).await
         })
     }
 }

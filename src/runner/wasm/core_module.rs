@@ -193,11 +193,9 @@ impl crate::runner::Runner for CoreModuleHandle {
         options: &'a crate::runner::CallOptions,
     ) -> crate::runner::BoxFuture<'a, Result<Value, HookError>> {
         Box::pin(async move {
-            let timeout_ms = options.timeout_secs.map_or(self.0.limits.timeout_ms, |s| s.saturating_mul(1000));
+            let timeout_ms = super::call_timeout_ms(options, self.0.limits.timeout_ms);
             let (runner, request) = (self.0.clone(), request.clone());
-            tokio::task::spawn_blocking(move || runner.call_sync(&request, timeout_ms))
-                .await
-                .map_err(|e| HookError::Component(format!("the call's thread failed: {e}")))?
+            super::on_blocking_pool(move || runner.call_sync(&request, timeout_ms)).await
         })
     }
 }

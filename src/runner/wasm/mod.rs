@@ -7,3 +7,22 @@ pub mod bindings;
 pub mod component;
 mod convert;
 pub mod core_module;
+
+use serde_json::Value;
+
+use crate::runner::{CallOptions, HookError};
+
+/// The deadline of one call: `--timeout-secs` when given, else the plugin's.
+pub(crate) fn call_timeout_ms(options: &CallOptions, plugin_default_ms: u64) -> u64 {
+    options.timeout_secs.map_or(plugin_default_ms, |s| s.saturating_mul(1000))
+}
+
+/// Runs a wasm call on the blocking pool: it is CPU-bound (bounded by fuel
+/// and its deadline) and must not hold an async worker.
+pub(crate) async fn on_blocking_pool(
+    call: impl FnOnce() -> Result<Value, HookError> + Send + 'static,
+) -> Result<Value, HookError> {
+    tokio::task::spawn_blocking(call)
+        .await
+        .map_err(|e| HookError::Component(format!("the call's thread failed: {e}")))?
+}
