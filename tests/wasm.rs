@@ -445,3 +445,21 @@ fn guest_output_goes_to_the_log_and_a_panic_fails_the_call() {
     assert!(logged >= 1, "the guest's stderr reaches the log: {err}");
     assert!(err.lines().last().unwrap().starts_with("error: component plugin guest panic: "), "{err}");
 }
+
+#[test]
+fn doctor_loads_a_component_plugin() {
+    let root = tempfile::tempdir().unwrap();
+    redact_plugin(root.path(), "");
+    let a = crate::util::ctxhost()
+        .arg("--home")
+        .arg(root.path().join("home"))
+        .args(["--plugins-dir", root.path().join("plugins").to_str().unwrap(), "doctor", "--json"])
+        .assert()
+        .success();
+    let report: serde_json::Value = serde_json::from_slice(&a.get_output().stdout).unwrap();
+    let p = &report["plugins"][0];
+    assert_eq!(
+        (&p["name"], &p["runtime"], &p["runtime_available"], &p["hooks_valid"]),
+        (&json!("redact"), &json!("wasm"), &json!(true), &json!(true))
+    );
+}
