@@ -123,10 +123,16 @@ fn check_plugin(dir: &Path, cx: &LoadContext<'_>) -> PluginStatus {
         error: Some(error),
         missing_binaries: Vec::new(),
     };
-    // Components are checked by loading them (compile, link, describe).
-    match load_plugin(dir, cx) {
-        Ok(p) if p.settings.runtime == Runtime::Wasm => {
-            return PluginStatus {
+    // One manifest read to pick the loader; each plugin is loaded once, as a
+    // call would load it (a component: compile, link, describe).
+    let lookup = |v: &str| (cx.host_env)(v).map(|s| s.to_string_lossy().into_owned());
+    let runtime = match crate::manifest::Manifest::load_with_env(dir, &lookup) {
+        Ok(loaded) => loaded.manifest.settings.runtime,
+        Err(e) => return broken("unknown".into(), e.to_string()),
+    };
+    if runtime == Runtime::Wasm {
+        return match load_plugin(dir, cx) {
+            Ok(p) => PluginStatus {
                 name: p.name,
                 runtime: "wasm".into(),
                 runtime_available: true,
@@ -134,23 +140,13 @@ fn check_plugin(dir: &Path, cx: &LoadContext<'_>) -> PluginStatus {
                 install_hint: runtime_info(&Runtime::Wasm).install_hint.to_owned(),
                 error: None,
                 missing_binaries: Vec::new(),
-            };
-        }
-        Ok(_) => {}
-        Err(e) => {
-            // Name the runtime when at least the manifest reads.
-            let lookup = |v: &str| (cx.host_env)(v).map(|s| s.to_string_lossy().into_owned());
-            let runtime = crate::manifest::Manifest::load_with_env(dir, &lookup)
-                .map(|l| l.manifest.settings.runtime.label())
-                .unwrap_or_else(|_| "unknown".into());
-            let mut status = broken(runtime.clone(), e.to_string());
-            status.runtime_available = runtime == "wasm";
-            return status;
-        }
+            },
+            Err(e) => PluginStatus { runtime_available: true, ..broken("wasm".into(), e.to_string()) },
+        };
     }
     let (runner, _warnings) = match load_script_plugin(dir, cx) {
         Ok(loaded) => loaded,
-        Err(e) => return broken("unknown".into(), e.to_string()),
+        Err(e) => return broken(runtime.label(), e.to_string()),
     };
     let plugin = runner.plugin();
     let m = &plugin.manifest;

@@ -103,9 +103,7 @@ fn write_config(
         }
         return Ok(None);
     }
-    let (resolved, config_warnings) =
-        manifest::resolve_config(&manifest.config, &overrides.cloned().unwrap_or_default());
-    warnings.extend(config_warnings);
+    let resolved = resolved_config(manifest, cx, warnings);
     let path = cx.home.data_dir(&manifest.name).join("config.json");
     let text = serde_json::to_string_pretty(&resolved).unwrap_or_else(|_| "{}".into());
     if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
@@ -140,18 +138,10 @@ pub fn load_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, Loa
         Some(component) => {
             let manifest::Loaded { manifest, mut warnings } = loaded;
             let config = resolved_config(&manifest, cx, &mut warnings);
-            let sandbox = &manifest.sandbox;
-            let limits = crate::runner::wasm::component::Limits {
-                fuel: sandbox.fuel,
-                timeout_ms: sandbox.timeout_ms.unwrap_or(manifest.settings.hook_timeout_secs.saturating_mul(1000)),
-                memory_mb: sandbox.memory_mb,
-                dirs: sandbox.dirs.clone(),
-                env: sandbox.env.clone(),
-            };
             let runner = crate::runner::wasm::component::ComponentRunner::load(
                 &manifest.name,
                 &component.path,
-                limits,
+                wasm_limits(&manifest),
                 config,
                 cx.home.data_dir(&manifest.name),
                 Some(&cx.home.cache_dir().join("components")),
@@ -170,15 +160,12 @@ pub fn load_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, Loa
         None if loaded.manifest.settings.runtime == Runtime::Wasm => {
             // LibreFang's per-hook core modules (spec section 11).
             let manifest::Loaded { manifest, warnings } = loaded;
-            let sandbox = &manifest.sandbox;
-            let limits = crate::runner::wasm::component::Limits {
-                fuel: sandbox.fuel,
-                timeout_ms: sandbox.timeout_ms.unwrap_or(manifest.settings.hook_timeout_secs.saturating_mul(1000)),
-                memory_mb: sandbox.memory_mb,
-                ..Default::default()
-            };
             let paths = manifest.hooks.iter().map(|(h, s)| (*h, s.path.as_path())).collect();
-            let runner = crate::runner::wasm::core_module::CoreModuleRunner::load(&manifest.name, &paths, limits)?;
+            let runner = crate::runner::wasm::core_module::CoreModuleRunner::load(
+                &manifest.name,
+                &paths,
+                wasm_limits(&manifest),
+            )?;
             Ok(LoadedPlugin {
                 name: manifest.name.clone(),
                 settings: manifest.settings.clone(),
@@ -191,15 +178,36 @@ pub fn load_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, Loa
         }
         None => {
             let (runner, warnings) = script_runner(loaded, cx)?;
-            let manifest = &runner.plugin().manifest;
-            Ok(LoadedPlugin {
-                name: manifest.name.clone(),
-                settings: manifest.settings.clone(),
-                hooks: manifest.hooks.keys().copied().collect(),
-                runner: std::sync::Arc::new(runner),
-                warnings,
-            })
+            Ok(LoadedPlugin::script(runner, warnings))
         }
+    }
+}
+
+impl LoadedPlugin {
+    /// A script plugin, taking part in the hooks its `[hooks]` names.
+    pub fn script(runner: ProcessRunner, warnings: Vec<String>) -> Self {
+        let manifest = &runner.plugin().manifest;
+        LoadedPlugin {
+            name: manifest.name.clone(),
+            settings: manifest.settings.clone(),
+            hooks: manifest.hooks.keys().copied().collect(),
+            runner: std::sync::Arc::new(runner),
+            warnings,
+        }
+    }
+}
+
+/// The limits of a wasm plugin (component or core modules) from `[sandbox]`;
+/// the deadline defaults to the hook timeout. Core modules have no WASI, so
+/// they use no `dirs` or `env`.
+fn wasm_limits(manifest: &Manifest) -> crate::runner::wasm::component::Limits {
+    let sandbox = &manifest.sandbox;
+    crate::runner::wasm::component::Limits {
+        fuel: sandbox.fuel,
+        timeout_ms: sandbox.timeout_ms.unwrap_or(manifest.settings.hook_timeout_secs.saturating_mul(1000)),
+        memory_mb: sandbox.memory_mb,
+        dirs: sandbox.dirs.clone(),
+        env: sandbox.env.clone(),
     }
 }
 

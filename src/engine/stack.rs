@@ -398,16 +398,8 @@ pub fn load_stack(cx: &crate::plugin::LoadContext<'_>) -> Result<(StackEngine, V
     };
     for (name, manual) in sources {
         let loaded = match manual {
-            Some(hooks) => crate::plugin::load_manual_hooks(hooks, cx).map(|(runner, warnings)| {
-                let manifest = &runner.plugin().manifest;
-                crate::plugin::LoadedPlugin {
-                    name: name.clone(),
-                    settings: manifest.settings.clone(),
-                    hooks: manifest.hooks.keys().copied().collect(),
-                    runner: Arc::new(runner),
-                    warnings,
-                }
-            }),
+            Some(hooks) => crate::plugin::load_manual_hooks(hooks, cx)
+                .map(|(runner, warnings)| crate::plugin::LoadedPlugin::script(runner, warnings)),
             None => crate::plugin::load_plugin(&cx.home.plugins_dir().join(&name), cx),
         };
         match loaded {
