@@ -1,4 +1,4 @@
-//! Component plugins on wasmtime (issue 4, in progress): loading, describe,
+//! Wasm plugins on wasmtime (components and core modules): loading, describe,
 //! typed calls through the same JSON replies as script plugins.
 
 use ctxhost::protocol::{HookName, HookRequest};

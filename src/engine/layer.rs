@@ -184,7 +184,7 @@ impl Layer {
                 self.breaker_success(hook);
                 self.metrics.record(&self.name, hook, elapsed, CallOutcome::Success);
                 if let Some(key) = key {
-                    self.remember(key, ttl, reply.clone());
+                    self.remember(key, reply.clone());
                 }
                 Ok(Some(reply))
             }
@@ -211,10 +211,10 @@ impl Layer {
     }
 
     /// Caches a reply, dropping expired entries and, past the capacity, the oldest.
-    fn remember(&self, key: CacheKey, ttl: Duration, reply: Value) {
+    fn remember(&self, key: CacheKey, reply: Value) {
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
-        cache.retain(|(hook, _), (at, _)| now.duration_since(*at) < self.cache_ttl(*hook).max(ttl));
+        cache.retain(|(hook, _), (at, _)| now.duration_since(*at) < self.cache_ttl(*hook));
         while cache.len() >= CACHE_CAPACITY {
             let Some(oldest) = cache.iter().min_by_key(|(_, (at, _))| *at).map(|(k, _)| *k) else { break };
             cache.remove(&oldest);

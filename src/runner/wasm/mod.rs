@@ -1,7 +1,7 @@
-//! Component plugins (in progress, issue 4): the WIT world's host bindings.
-//!
-//! The runner itself — shared engine with fuel and epochs, `.cwasm` cache,
-//! per-call stores with limits, capability-scoped WASI — builds on these.
+//! Wasm plugins, run in-process: components of the `wit/ctxhost.wit` world
+//! ([`component`]) and LibreFang's per-hook core modules ([`core_module`]),
+//! on one shared engine, each call bounded by fuel, a deadline and a memory
+//! cap. What both runners share (the deadline rule, the blocking pool) is here.
 
 pub mod bindings;
 pub mod component;
