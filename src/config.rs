@@ -21,6 +21,7 @@ pub struct HostConfig {
     pub max_concurrent_hooks: usize,
     pub context_engine: ContextEngineConfig,
     pub memory: MemoryConfig,
+    pub server: ServerConfig,
 }
 
 impl Default for HostConfig {
@@ -31,6 +32,7 @@ impl Default for HostConfig {
             max_concurrent_hooks: 32,
             context_engine: ContextEngineConfig::default(),
             memory: MemoryConfig::default(),
+            server: ServerConfig::default(),
         }
     }
 }
@@ -91,6 +93,16 @@ pub struct MemoryConfig {
     pub path: Option<std::path::PathBuf>,
 }
 
+/// `[server]`: `ctxhost serve`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct ServerConfig {
+    /// Bearer token guarding the mutating routes (`--token` and `CTXHOST_TOKEN` win).
+    pub token: Option<String>,
+    /// Address to bind (`--addr` wins) [default: 127.0.0.1:4545].
+    pub addr: Option<String>,
+}
+
 const ENGINE_KEYS: &[&str] = &[
     "plugin",
     "plugin_stack",
@@ -110,7 +122,8 @@ pub struct ConfigError {
     pub reason: String,
 }
 
-const KNOWN_KEYS: &[&str] = &["allowed_env_vars", "plugin_config", "max_concurrent_hooks", "context_engine", "memory"];
+const KNOWN_KEYS: &[&str] =
+    &["allowed_env_vars", "plugin_config", "max_concurrent_hooks", "context_engine", "memory", "server"];
 
 impl HostConfig {
     /// Reads `file`; a missing file yields the defaults. Returns the config

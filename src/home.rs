@@ -65,6 +65,23 @@ impl Home {
         self.root.join("data").join(plugin)
     }
 
+    /// `<home>/grants.toml`: the privileges the operator granted each plugin
+    /// (spec section 6). Read from here, never from a plugin's own manifest.
+    pub fn grants_file(&self) -> PathBuf {
+        self.root.join("grants.toml")
+    }
+
+    /// `<home>/plugins-state.toml`: which plugins are disabled.
+    pub fn state_file(&self) -> PathBuf {
+        self.root.join("plugins-state.toml")
+    }
+
+    /// `<home>/venvs/<plugin>`: a python plugin's own virtual environment,
+    /// outside its data dir so a hook cannot rewrite the interpreter it runs on.
+    pub fn venv_dir(&self, plugin: &str) -> PathBuf {
+        self.root.join("venvs").join(plugin)
+    }
+
     /// `<home>/cache`: derived data that may be deleted at any time.
     pub fn cache_dir(&self) -> PathBuf {
         self.root.join("cache")

@@ -9,6 +9,10 @@
 //! - `cli`: `ctxhost hook` and `ctxhost doctor` as a user runs them.
 //! - `stack`: the engine over a stack of plugins, with LibreFang-style fixtures.
 //! - `wasm`: component plugins on wasmtime.
+//! - `server`: `ctxhost serve`, its routes and hot reload.
+//! - `sidecar`: `ctxhost sidecar` driven with LibreFang's request lines.
+//! - `scaffold`: `ctxhost new` for every runtime, each template run as generated.
+//! - `plugins`: `ctxhost plugin list|install|remove|enable|disable|grant`.
 
 mod util;
 
@@ -17,7 +21,11 @@ mod env;
 mod launchers;
 mod limits;
 mod manifest;
+mod plugins;
 mod runtimes;
+mod scaffold;
+mod server;
+mod sidecar;
 mod stack;
 mod wasm;
 mod wire;

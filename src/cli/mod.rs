@@ -4,7 +4,11 @@
 
 mod doctor;
 mod hook;
+mod new;
+mod plugin;
 mod run;
+mod serve;
+mod sidecar;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,6 +57,10 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     Run(run::RunArgs),
     Demo(run::DemoArgs),
+    Serve(serve::ServeArgs),
+    Sidecar(sidecar::SidecarArgs),
+    New(new::NewArgs),
+    Plugin(plugin::PluginArgs),
 }
 
 /// Entry point of the binary.
@@ -70,6 +78,10 @@ pub fn main() -> ExitCode {
         Command::Doctor(args) => doctor::exec(args, &home),
         Command::Run(args) => run::exec(args, &home),
         Command::Demo(args) => run::demo(args),
+        Command::Serve(args) => serve::exec(args, &home),
+        Command::Sidecar(args) => sidecar::exec(args, &home),
+        Command::New(args) => new::exec(args, &home),
+        Command::Plugin(args) => plugin::exec(args, &home),
     };
     match result {
         Ok(code) => code,

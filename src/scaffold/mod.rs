@@ -1,0 +1,1 @@
+//! Plugin templates for every runtime (in progress).

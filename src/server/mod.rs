@@ -1,0 +1,1 @@
+//! `ctxhost serve`: the HTTP daemon (in progress).

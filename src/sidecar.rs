@@ -1,0 +1,1 @@
+//! LibreFang's sidecar context-engine protocol over stdio (in progress).
