@@ -15,6 +15,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use arc_swap::ArcSwap;
 use tokio::task::JoinHandle;
 
 use super::default::DefaultEngine;
@@ -45,10 +46,23 @@ impl Default for StackSettings {
     }
 }
 
-/// A layer and its weight for ordering recalled memories.
+/// A layer and its weight for ordering recalled memories. The layer can be
+/// swapped while calls run (hot reload): a call takes the current one at its
+/// start and finishes on it.
 pub struct StackLayer {
-    pub layer: Arc<Layer>,
+    layer: ArcSwap<Layer>,
     pub weight: f64,
+}
+
+impl StackLayer {
+    pub fn new(layer: Arc<Layer>, weight: f64) -> Self {
+        StackLayer { layer: ArcSwap::new(layer), weight }
+    }
+
+    /// The layer new calls use now.
+    pub fn current(&self) -> Arc<Layer> {
+        self.layer.load_full()
+    }
 }
 
 /// Plugins over the built-in engine.
@@ -58,6 +72,11 @@ pub struct StackEngine {
     settings: StackSettings,
     metrics: Arc<Metrics>,
     pending: Mutex<Vec<JoinHandle<()>>>,
+    /// The host-wide bound on hook processes, shared by every layer (and by
+    /// the layers a reload builds).
+    limiter: Arc<tokio::sync::Semaphore>,
+    /// The bootstrap request of the start, replayed to a reloaded layer.
+    bootstrapped: Mutex<Option<BootstrapRequest>>,
 }
 
 impl StackEngine {
@@ -67,7 +86,27 @@ impl StackEngine {
         settings: StackSettings,
         metrics: Arc<Metrics>,
     ) -> Self {
-        StackEngine { default, layers, settings, metrics, pending: Mutex::new(Vec::new()) }
+        let limiter = Arc::new(tokio::sync::Semaphore::new(32));
+        StackEngine::with_limiter(default, layers, settings, metrics, limiter)
+    }
+
+    /// As [`StackEngine::new`], with the bound its layers share.
+    pub fn with_limiter(
+        default: DefaultEngine,
+        layers: Vec<StackLayer>,
+        settings: StackSettings,
+        metrics: Arc<Metrics>,
+        limiter: Arc<tokio::sync::Semaphore>,
+    ) -> Self {
+        StackEngine {
+            default,
+            layers,
+            settings,
+            metrics,
+            pending: Mutex::new(Vec::new()),
+            limiter,
+            bootstrapped: Mutex::new(None),
+        }
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -78,8 +117,38 @@ impl StackEngine {
         &self.default
     }
 
-    pub fn layer_names(&self) -> Vec<&str> {
-        self.layers.iter().map(|l| l.layer.name()).collect()
+    pub fn layer_names(&self) -> Vec<String> {
+        self.layers.iter().map(|l| l.current().name().to_owned()).collect()
+    }
+
+    /// The current layer of plugin `name`, when it is in the stack.
+    pub fn layer(&self, name: &str) -> Option<Arc<Layer>> {
+        self.layers.iter().map(StackLayer::current).find(|l| l.name() == name)
+    }
+
+    /// Swaps in `plugin` (freshly loaded) for the layer of the same name:
+    /// calls under way finish on the old layer, calls from now on use the new
+    /// one. The new layer first gets the bootstrap of the start, so its
+    /// `env_overrides` apply before it answers anything. Returns `false`
+    /// (and changes nothing) when no layer has that name.
+    pub async fn replace_layer(&self, plugin: crate::plugin::LoadedPlugin) -> bool {
+        let Some(slot) = self.layers.iter().find(|l| l.current().name() == plugin.name) else {
+            return false;
+        };
+        let layer = Arc::new(Layer::new(
+            plugin.name.clone(),
+            plugin.runner,
+            plugin.settings,
+            plugin.hooks,
+            self.limiter.clone(),
+            self.metrics.clone(),
+        ));
+        let bootstrap = self.bootstrapped.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(request) = bootstrap {
+            bootstrap_layer(&layer, &HookRequest::Bootstrap(request)).await;
+        }
+        slot.layer.store(layer);
+        true
     }
 
     /// Waits for every fire-and-forget `after_turn` started so far.
@@ -106,6 +175,24 @@ impl StackEngine {
             }
             FailurePolicy::Skip => Ok(()),
         }
+    }
+}
+
+/// Bootstraps one layer and applies its `env_overrides`. Bootstrap never
+/// stops the start: every failure is only logged.
+async fn bootstrap_layer(layer: &Layer, req: &HookRequest) {
+    match layer.call(req).await {
+        Ok(Some(reply)) => match BootstrapReply::from_value(&reply) {
+            Ok(b) if !b.env_overrides.is_empty() => {
+                for w in layer.runner().set_env_overrides(b.env_overrides) {
+                    tracing::warn!(plugin = %layer.name(), "{w}");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(plugin = %layer.name(), "bootstrap reply ignored: {e}"),
+        },
+        Ok(None) => {}
+        Err(f) => tracing::warn!(plugin = %f.plugin, "bootstrap failed: {}", f.message),
     }
 }
 
@@ -139,22 +226,10 @@ impl ContextEngine for StackEngine {
     fn bootstrap<'a>(&'a self, request: &'a BootstrapRequest) -> BoxFuture<'a, Result<(), EngineError>> {
         Box::pin(async move {
             self.default.bootstrap(request).await?;
+            *self.bootstrapped.lock().unwrap_or_else(|p| p.into_inner()) = Some(request.clone());
             let req = HookRequest::Bootstrap(request.clone());
-            for l in &self.layers {
-                match l.layer.call(&req).await {
-                    Ok(Some(reply)) => match BootstrapReply::from_value(&reply) {
-                        Ok(b) if !b.env_overrides.is_empty() => {
-                            for w in l.layer.runner().set_env_overrides(b.env_overrides) {
-                                tracing::warn!(plugin = %l.layer.name(), "{w}");
-                            }
-                        }
-                        Ok(_) => {}
-                        Err(e) => tracing::warn!(plugin = %l.layer.name(), "bootstrap reply ignored: {e}"),
-                    },
-                    Ok(None) => {}
-                    // Bootstrap never stops the start: every failure is only logged.
-                    Err(f) => tracing::warn!(plugin = %f.plugin, "bootstrap failed: {}", f.message),
-                }
+            for l in self.layers.iter().map(StackLayer::current) {
+                bootstrap_layer(&l, &req).await;
             }
             Ok(())
         })
@@ -168,19 +243,23 @@ impl ContextEngine for StackEngine {
             }
             let req = HookRequest::Ingest(request.clone());
             let req = &req;
-            let calls = self.layers.iter().map(|l| async move { (l, l.layer.call(req).await) });
+            let calls = self.layers.iter().map(|l| async move {
+                let layer = l.current();
+                let result = layer.call(req).await;
+                (l.weight, layer, result)
+            });
             let mut results = futures_join_all(calls).await;
             // Highest weight first; the stack order breaks ties.
-            results.sort_by(|(a, _), (b, _)| b.weight.total_cmp(&a.weight));
-            for (l, result) in results {
+            results.sort_by(|(a, _, _), (b, _, _)| b.total_cmp(a));
+            for (_, layer, result) in results {
                 match result {
                     Ok(Some(reply)) => match IngestReply::from_value(&reply) {
                         Ok(r) => recalled.extend(
                             r.memories
                                 .into_iter()
-                                .map(|m| Recalled { content: m.content, source: l.layer.name().to_owned() }),
+                                .map(|m| Recalled { content: m.content, source: layer.name().to_owned() }),
                         ),
-                        Err(e) => Self::handle(l.layer.reject_reply(req, &e.to_string()))?,
+                        Err(e) => Self::handle(layer.reject_reply(req, &e.to_string()))?,
                     },
                     Ok(None) => {}
                     Err(f) => Self::handle(f)?,
@@ -193,13 +272,13 @@ impl ContextEngine for StackEngine {
     fn assemble<'a>(&'a self, request: &'a AssembleRequest) -> BoxFuture<'a, Result<Vec<Message>, EngineError>> {
         Box::pin(async move {
             let req = HookRequest::Assemble(request.clone());
-            for l in &self.layers {
-                match l.layer.call(&req).await {
+            for l in self.layers.iter().map(StackLayer::current) {
+                match l.call(&req).await {
                     Ok(Some(reply)) => match AssembleReply::from_value(&reply) {
                         Ok(r) if !r.messages.is_empty() => {
                             let (messages, warnings) = repair_assembled(r.messages, &request.messages);
                             for w in warnings {
-                                tracing::warn!(plugin = %l.layer.name(), "{w}");
+                                tracing::warn!(plugin = %l.name(), "{w}");
                             }
                             if !messages.is_empty() {
                                 return Ok(messages);
@@ -207,7 +286,7 @@ impl ContextEngine for StackEngine {
                             // Nothing usable was left: as if the plugin had no opinion.
                         }
                         Ok(_) => {}
-                        Err(e) => Self::handle(l.layer.reject_reply(&req, &e.to_string()))?,
+                        Err(e) => Self::handle(l.reject_reply(&req, &e.to_string()))?,
                     },
                     Ok(None) => {}
                     Err(f) => Self::handle(f)?,
@@ -220,8 +299,8 @@ impl ContextEngine for StackEngine {
     fn compact<'a>(&'a self, request: &'a CompactRequest) -> BoxFuture<'a, Result<Compacted, EngineError>> {
         Box::pin(async move {
             let req = HookRequest::Compact(request.clone());
-            for l in &self.layers {
-                match l.layer.call(&req).await {
+            for l in self.layers.iter().map(StackLayer::current) {
+                match l.call(&req).await {
                     Ok(Some(reply)) => match CompactReply::from_value(&reply) {
                         Ok(CompactReply::Messages { messages, summary }) if !messages.is_empty() => {
                             return Ok(Compacted { messages, summary });
@@ -242,13 +321,13 @@ impl ContextEngine for StackEngine {
                                 }
                                 // The summarizer is the host's: its failure is not the plugin's.
                                 Err(e) => tracing::warn!(
-                                    plugin = %l.layer.name(),
+                                    plugin = %l.name(),
                                     "summarizer failed on the plugin's request_llm_summary: {e}; using the default compaction"
                                 ),
                             }
                         }
                         Ok(_) => {}
-                        Err(e) => Self::handle(l.layer.reject_reply(&req, &e.to_string()))?,
+                        Err(e) => Self::handle(l.reject_reply(&req, &e.to_string()))?,
                     },
                     Ok(None) => {}
                     Err(f) => Self::handle(f)?,
@@ -270,15 +349,15 @@ impl ContextEngine for StackEngine {
             let req = Arc::new(HookRequest::AfterTurn(for_plugins));
             let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
             pending.retain(|h| !h.is_finished());
-            for l in &self.layers {
-                if !l.layer.declares(req.hook()) || !l.layer.admits(&req) {
+            for l in self.layers.iter().map(StackLayer::current) {
+                if !l.declares(req.hook()) || !l.admits(&req) {
                     continue;
                 }
-                let Some(slot) = l.layer.after_turn_slot() else {
-                    tracing::warn!(plugin = %l.layer.name(), "after_turn queue is full; this turn is not sent to the plugin");
+                let Some(slot) = l.after_turn_slot() else {
+                    tracing::warn!(plugin = %l.name(), "after_turn queue is full; this turn is not sent to the plugin");
                     continue;
                 };
-                let (layer, req, default) = (l.layer.clone(), req.clone(), self.default.clone());
+                let (layer, req, default) = (l.clone(), req.clone(), self.default.clone());
                 let agent = request.agent_id.clone();
                 pending.push(tokio::spawn(async move {
                     let _slot = slot;
@@ -307,8 +386,8 @@ impl ContextEngine for StackEngine {
     ) -> BoxFuture<'a, Result<String, EngineError>> {
         Box::pin(async move {
             let req = HookRequest::TransformToolResult(request.clone());
-            for l in &self.layers {
-                match l.layer.call(&req).await {
+            for l in self.layers.iter().map(StackLayer::current) {
+                match l.call(&req).await {
                     Ok(Some(reply)) => {
                         if let TransformReply::Rewrite(text) = TransformReply::from_value(&reply) {
                             return Ok(text);
@@ -333,8 +412,8 @@ impl ContextEngine for StackEngine {
 
 impl StackEngine {
     async fn subagent(&self, req: HookRequest) -> Result<(), EngineError> {
-        for l in &self.layers {
-            if let Err(f) = l.layer.call(&req).await {
+        for l in self.layers.iter().map(StackLayer::current) {
+            if let Err(f) = l.call(&req).await {
                 Self::handle(f)?;
             }
         }
@@ -397,6 +476,12 @@ pub fn load_stack(cx: &crate::plugin::LoadContext<'_>) -> Result<(StackEngine, V
         stack.into_iter().map(|name| (name, None)).collect()
     };
     for (name, manual) in sources {
+        if manual.is_none() && !crate::registry::is_enabled(cx.home, &name) {
+            warnings.push(format!(
+                "plugin '{name}' is disabled (`ctxhost plugin enable {name}` turns it on); it is left out of the stack"
+            ));
+            continue;
+        }
         let loaded = match manual {
             Some(hooks) => crate::plugin::load_manual_hooks(hooks, cx)
                 .map(|(runner, warnings)| crate::plugin::LoadedPlugin::script(runner, warnings)),
@@ -413,7 +498,7 @@ pub fn load_stack(cx: &crate::plugin::LoadContext<'_>) -> Result<(StackEngine, V
                     limiter.clone(),
                     metrics.clone(),
                 );
-                layers.push(StackLayer { layer: Arc::new(layer), weight: engine_config.weight(&name) });
+                layers.push(StackLayer::new(Arc::new(layer), engine_config.weight(&name)));
             }
             Err(e) => warnings.push(format!("plugin '{name}' is left out of the stack: {e}")),
         }
@@ -422,5 +507,5 @@ pub fn load_stack(cx: &crate::plugin::LoadContext<'_>) -> Result<(StackEngine, V
         stable_prefix_mode: engine_config.stable_prefix_mode,
         after_turn_text_limit: engine_config.after_turn_text_limit,
     };
-    Ok((StackEngine::new(default, layers, settings, metrics), warnings))
+    Ok((StackEngine::with_limiter(default, layers, settings, metrics, limiter), warnings))
 }
