@@ -57,6 +57,21 @@ pub struct FlatHookMetrics {
     pub total_ms: f64,
 }
 
+/// One plugin's hook, raw: counters and a cumulative latency histogram.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HookHistogram {
+    pub plugin: String,
+    pub hook: HookName,
+    pub calls: u64,
+    pub successes: u64,
+    pub failures: u64,
+    pub fallbacks: u64,
+    pub sum_seconds: f64,
+    /// `(upper bound in seconds, calls at or under it)`, ascending; the
+    /// open last bucket is `calls`.
+    pub buckets: Vec<(f64, u64)>,
+}
+
 /// All metrics of an engine.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -90,6 +105,36 @@ impl Metrics {
             out.entry(plugin.clone()).or_default().insert(hook.as_str().to_owned(), view(s));
         }
         out
+    }
+
+    /// Every plugin's hook with its raw counters and latency histogram, for
+    /// exporters (Prometheus) that aggregate on their side.
+    pub fn histograms(&self) -> Vec<HookHistogram> {
+        let stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        stats
+            .iter()
+            .map(|((plugin, hook), s)| {
+                let mut cumulative = 0;
+                let buckets = BUCKETS_MS
+                    .iter()
+                    .zip(s.buckets.iter())
+                    .map(|(&le, &n)| {
+                        cumulative += n;
+                        (le / 1e3, cumulative)
+                    })
+                    .collect();
+                HookHistogram {
+                    plugin: plugin.clone(),
+                    hook: *hook,
+                    calls: s.calls,
+                    successes: s.successes,
+                    failures: s.failures,
+                    fallbacks: s.fallbacks,
+                    sum_seconds: s.total_ms / 1e3,
+                    buckets,
+                }
+            })
+            .collect()
     }
 
     /// `hook -> {calls, successes, failures, total_ms}` summed over plugins;
@@ -155,5 +200,11 @@ mod tests {
         let flat = &m.flat()["ingest"];
         assert_eq!((flat.calls, flat.successes, flat.failures), (101, 90, 11));
         assert!(!m.flat().contains_key("assemble"));
+        let h = m.histograms();
+        assert_eq!(h.len(), 2);
+        assert_eq!((h[0].plugin.as_str(), h[0].calls, h[0].fallbacks), ("p", 100, 10));
+        assert_eq!(h[0].buckets[2], (0.001, 90), "0.8 ms calls fall under the 1 ms bound");
+        assert_eq!(h[0].buckets.last().map(|b| b.1), Some(100));
+        assert!((h[0].sum_seconds - (90.0 * 0.0008 + 10.0 * 0.04)).abs() < 1e-9);
     }
 }

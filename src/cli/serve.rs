@@ -1,14 +1,82 @@
-//! `ctxhost serve` (in progress).
+//! `ctxhost serve`: run the engine as an HTTP daemon.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::ExitCode;
 
 use clap::Args;
 
-use super::CliResult;
+use super::{CliResult, show_warnings};
+use crate::config::HostConfig;
 use crate::home::Home;
+use crate::server::{ServeOptions, Server, shutdown_signal};
 
-/// (in progress)
+const DEFAULT_ADDR: &str = "127.0.0.1:4545";
+
+/// Serve the context engine over HTTP: LibreFang's plugin routes, an agent
+/// API for agents in any language, Prometheus metrics.
+///
+/// Loads config.toml and the plugin stack, runs bootstrap, then serves until
+/// SIGINT/SIGTERM (pending after_turn calls get up to 30 s to finish).
+/// Prints `listening on http://ADDR` on stdout once ready.
 #[derive(Debug, Args)]
-pub struct ServeArgs {}
+#[command(after_help = "\
+Routes:
+  POST /api/agents/{agent_id}/{hook}     the engine's answer for one hook of a turn
+  GET  /api/plugins                      plugins of the plugins dir (read now)
+  POST /api/plugins/scaffold             {\"name\",\"description\"?,\"runtime\"?}
+  GET  /api/plugins/doctor               runtimes and plugin health
+  POST /api/plugins/{name}/reload        reload one plugin (in-flight calls finish on the old one)
+  POST /api/plugins/{name}/test-hook     {\"hook\",\"input\"}: run one hook of one plugin
+  GET  /api/context-engine/metrics       per-hook counters (204 without plugins)
+  GET  /metrics, GET /healthz
+POST routes need `Authorization: Bearer <token>` when a token is set.
 
-pub fn exec(_args: ServeArgs, _home: &Home) -> CliResult {
-    Err("`ctxhost serve` is not built yet".into())
+Examples:
+  ctxhost serve
+  ctxhost serve --watch --addr 127.0.0.1:0
+  CTXHOST_TOKEN=s3cret ctxhost serve --addr 0.0.0.0:4545
+  curl -s localhost:4545/api/agents/a1/ingest -d '{\"message\":\"what grows in my garden?\"}'")]
+pub struct ServeArgs {
+    /// Address to listen on [default: `[server] addr` of config.toml, else 127.0.0.1:4545]
+    #[arg(long, value_name = "ADDR")]
+    addr: Option<SocketAddr>,
+    /// Bearer token for the POST routes (required to listen beyond loopback) [default: `[server] token`]
+    #[arg(long, env = "CTXHOST_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    token: Option<String>,
+    /// Reload a stack plugin when its plugin.toml, a hook script or its component changes
+    #[arg(long)]
+    watch: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("invalid `[server] addr` in `{file}`: {value:?} is not an address like 127.0.0.1:4545")]
+struct BadAddr {
+    file: String,
+    value: String,
+}
+
+pub fn exec(args: ServeArgs, home: &Home) -> CliResult {
+    let (config, warnings) = HostConfig::load(home.config_file())?;
+    show_warnings(&warnings);
+    let addr = match (args.addr, config.server.addr.as_deref()) {
+        (Some(addr), _) => addr,
+        (None, Some(text)) => text
+            .parse()
+            .map_err(|_| BadAddr { file: home.config_file().display().to_string(), value: text.to_owned() })?,
+        (None, None) => DEFAULT_ADDR.parse()?,
+    };
+    let token = args.token.or_else(|| config.server.token.clone()).filter(|t| !t.is_empty());
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let server = Server::bind(home.clone(), config, ServeOptions { addr, token, watch: args.watch }).await?;
+        let bound = server.local_addr()?;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "listening on http://{bound}")?;
+        out.flush()?;
+        drop(out);
+        server.run(shutdown_signal()).await?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,1 +1,201 @@
-//! `ctxhost serve`: the HTTP daemon (in progress).
+//! `ctxhost serve`: the engine as an HTTP service any agent can call.
+//!
+//! The daemon owns one [`StackEngine`] (the configured plugin stack over the
+//! built-in engine) and serves three kinds of routes:
+//!
+//! - LibreFang's plugin routes (spec section 9: scaffold, doctor, reload,
+//!   context-engine metrics, test-hook) plus `GET /api/plugins`, all reading
+//!   the plugins dir on demand, so a plugin that appears while the daemon
+//!   runs is listed, test-hookable and reloadable at once ([`plugins`]);
+//! - the agent API, `POST /api/agents/{agent_id}/{hook}`, answering what the
+//!   engine decided after stack merging and fallbacks ([`agents`]);
+//! - `GET /metrics` (Prometheus text, [`prometheus`]) and `GET /healthz`.
+//!
+//! Every request body is parsed here, so bad JSON is a 400 that says what is
+//! wrong, never a 500 ([`body`]). A bearer token guards the mutating routes,
+//! and binding beyond loopback without one is refused ([`auth`]). Reloads
+//! swap a layer atomically: calls under way finish on the old plugin
+//! ([`reload`]); `--watch` triggers them on file changes ([`watch`]).
+//!
+//! This module must never run a plugin call on the async worker threads'
+//! critical path with blocking work: loading (launcher probes, component
+//! compiles) runs on the blocking pool.
+
+mod agents;
+mod auth;
+mod body;
+mod plugins;
+mod prometheus;
+mod reload;
+mod watch;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::{get, post};
+
+use crate::config::HostConfig;
+use crate::engine::ContextEngine;
+use crate::engine::stack::{StackEngine, load_stack};
+use crate::home::Home;
+use crate::plugin::LoadContext;
+use crate::protocol::BootstrapRequest;
+
+pub use auth::AddressPolicyError;
+
+/// How long shutdown waits for pending `after_turn` calls.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Request bodies up to this size are accepted (a long history to assemble).
+const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// How the daemon listens.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub addr: SocketAddr,
+    /// Bearer token for the mutating routes; required off loopback.
+    pub token: Option<String>,
+    /// Reload stack plugins when their manifest, hook scripts or component change.
+    pub watch: bool,
+}
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    #[error(transparent)]
+    Address(#[from] AddressPolicyError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Engine(#[from] crate::engine::EngineError),
+    #[error("cannot watch the plugins dir for --watch: {0}")]
+    Watch(String),
+    #[error("the server stopped: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// What every handler shares.
+pub(crate) struct AppState {
+    home: Home,
+    config: HostConfig,
+    engine: StackEngine,
+    token: Option<String>,
+    /// One reload at a time: two reloads of one plugin must not interleave.
+    reload_lock: tokio::sync::Mutex<()>,
+}
+
+impl AppState {
+    fn load_context(&self) -> LoadContext<'_> {
+        LoadContext { home: &self.home, config: &self.config, host_env: &LoadContext::process_env }
+    }
+}
+
+/// A daemon that has loaded its engine and bound its port, not yet serving.
+pub struct Server {
+    state: Arc<AppState>,
+    listener: tokio::net::TcpListener,
+    watch: bool,
+}
+
+impl Server {
+    /// Loads the configured stack, bootstraps it and binds `options.addr`.
+    /// Load warnings are logged.
+    ///
+    /// # Errors
+    /// A non-loopback address without a token, a port in use, or a memory
+    /// database that cannot be opened.
+    pub async fn bind(home: Home, config: HostConfig, options: ServeOptions) -> Result<Server, ServeError> {
+        auth::check_address(options.addr, options.token.as_deref())?;
+        let (engine, warnings) = {
+            let cx = LoadContext { home: &home, config: &config, host_env: &LoadContext::process_env };
+            // Nothing is served yet, so blocking this task for the load holds up nobody.
+            load_stack(&cx)?
+        };
+        for w in warnings {
+            tracing::warn!("{w}");
+        }
+        let engine_config = &config.context_engine;
+        let bootstrap = BootstrapRequest {
+            context_window_tokens: engine_config.context_window_tokens,
+            stable_prefix_mode: engine_config.stable_prefix_mode,
+            max_recall_results: engine_config.max_recall_results as u64,
+            extra: Default::default(),
+        };
+        engine.bootstrap(&bootstrap).await?;
+        let listener = tokio::net::TcpListener::bind(options.addr)
+            .await
+            .map_err(|source| ServeError::Bind { addr: options.addr, source })?;
+        let state =
+            Arc::new(AppState { home, config, engine, token: options.token, reload_lock: tokio::sync::Mutex::new(()) });
+        Ok(Server { state, listener, watch: options.watch })
+    }
+
+    /// The bound address (the real port when `:0` was asked for).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `shutdown` resolves, then stops accepting, lets requests
+    /// under way finish and waits (bounded) for pending `after_turn` calls.
+    ///
+    /// # Errors
+    /// The watcher could not start, or the listener failed.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
+        let _watcher = if self.watch { Some(watch::start(self.state.clone())?) } else { None };
+        let app = router(self.state.clone());
+        axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await?;
+        if tokio::time::timeout(SETTLE_TIMEOUT, self.state.engine.settle()).await.is_err() {
+            tracing::warn!(
+                "shutdown: after_turn calls still pending after {}s were abandoned",
+                SETTLE_TIMEOUT.as_secs()
+            );
+        }
+        Ok(())
+    }
+}
+
+fn router(state: Arc<AppState>) -> Router {
+    let mutating = Router::new()
+        .route("/api/plugins/{name}/reload", post(plugins::reload))
+        .route("/api/plugins/{name}/test-hook", post(plugins::test_hook))
+        .route("/api/agents/{agent_id}/{hook}", post(agents::call))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
+    Router::new()
+        .route("/api/plugins", get(plugins::list))
+        .route("/api/plugins/doctor", get(plugins::doctor))
+        .route("/api/context-engine/metrics", get(plugins::engine_metrics))
+        .route("/metrics", get(prometheus::metrics))
+        .route("/healthz", get(healthz))
+        .merge(mutating)
+        .fallback(not_found)
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+async fn healthz(axum::extract::State(state): axum::extract::State<Arc<AppState>>) -> body::JsonReply {
+    body::JsonReply::ok(serde_json::json!({"status": "ok", "plugins": state.engine.layer_names()}))
+}
+
+async fn not_found(uri: axum::http::Uri) -> body::JsonReply {
+    body::JsonReply::error(axum::http::StatusCode::NOT_FOUND, format!("no route for {}", uri.path()))
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        return std::future::pending().await;
+    };
+    let name = tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    };
+    tracing::info!("{name}: shutting down");
+}

@@ -1,0 +1,102 @@
+//! Request bodies and JSON replies: every body is parsed here so that a bad
+//! one is a 400 saying what is wrong (axum's own extractor answers 415/422
+//! with plain text), and every reply, error or not, is a JSON object.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+/// A status and a JSON value.
+#[derive(Debug)]
+pub(crate) struct JsonReply {
+    pub status: StatusCode,
+    pub body: Value,
+}
+
+impl JsonReply {
+    pub fn ok(body: Value) -> Self {
+        JsonReply { status: StatusCode::OK, body }
+    }
+
+    pub fn with_status(status: StatusCode, body: Value) -> Self {
+        JsonReply { status, body }
+    }
+
+    /// `{"error": message}`.
+    pub fn error(status: StatusCode, message: impl Into<String>) -> Self {
+        JsonReply { status, body: json!({ "error": message.into() }) }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        JsonReply::error(StatusCode::BAD_REQUEST, message)
+    }
+}
+
+impl IntoResponse for JsonReply {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.body)).into_response()
+    }
+}
+
+/// The body as a JSON object; an empty body is `{}`.
+///
+/// # Errors
+/// A 400 naming the JSON error and its position, or saying which type of
+/// value came instead of an object.
+pub(crate) fn object(bytes: &[u8]) -> Result<serde_json::Map<String, Value>, JsonReply> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(serde_json::Map::new());
+    }
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => {
+            Err(JsonReply::bad_request(format!("the request body must be a JSON object, not {}", type_name(&other))))
+        }
+        Err(e) => Err(JsonReply::bad_request(format!("the request body is not valid JSON: {e}"))),
+    }
+}
+
+/// `"a string"`, `"an array"`, … for messages.
+pub(crate) fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// An optional string field of a body; a value of another type is a 400.
+pub(crate) fn optional_str<'a>(
+    body: &'a serde_json::Map<String, Value>,
+    key: &str,
+) -> Result<Option<&'a str>, JsonReply> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(JsonReply::bad_request(format!("`{key}` must be a string, not {}", type_name(other)))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies() {
+        assert!(object(b"").unwrap().is_empty());
+        assert!(object(b"  \n").unwrap().is_empty());
+        assert_eq!(object(br#"{"a":1}"#).unwrap()["a"], 1);
+        let e = object(b"[1]").unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert_eq!(e.body["error"], "the request body must be a JSON object, not an array");
+        let e = object(b"{\"a\":").unwrap_err();
+        assert!(e.body["error"].as_str().unwrap().starts_with("the request body is not valid JSON: EOF"), "{e:?}");
+        let body = object(br#"{"n":1,"s":"x"}"#).unwrap();
+        assert_eq!(optional_str(&body, "s").unwrap(), Some("x"));
+        assert_eq!(optional_str(&body, "missing").unwrap(), None);
+        assert_eq!(optional_str(&body, "n").unwrap_err().body["error"], "`n` must be a string, not a number");
+    }
+}

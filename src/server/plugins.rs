@@ -1,0 +1,124 @@
+//! LibreFang's plugin routes (spec section 9) and `GET /api/plugins`.
+//! Each reads the plugins dir when called: nothing here is cached, so a
+//! plugin that appears while the daemon runs is usable at once.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::body::{self, JsonReply};
+use super::reload::{self, ReloadError};
+use crate::protocol::{HookName, HookRequest};
+use crate::runner::{CallOptions, Runner};
+
+/// `GET /api/plugins`: `[{"name","version","runtime","hooks","enabled","error"?}]`.
+pub(crate) async fn list(State(state): State<Arc<AppState>>) -> JsonReply {
+    let reader = state.clone();
+    match tokio::task::spawn_blocking(move || crate::registry::list_plugins(&reader.home, &reader.config)).await {
+        Ok(list) => JsonReply::ok(serde_json::to_value(list).unwrap_or(Value::Array(Vec::new()))),
+        Err(e) => JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, format!("listing plugins failed: {e}")),
+    }
+}
+
+/// `GET /api/plugins/doctor`: `{"runtimes":[…],"plugins":[…]}`.
+pub(crate) async fn doctor(State(state): State<Arc<AppState>>) -> JsonReply {
+    let reader = state.clone();
+    match tokio::task::spawn_blocking(move || crate::doctor::report(&reader.load_context())).await {
+        Ok(report) => JsonReply::ok(serde_json::to_value(report).unwrap_or_default()),
+        Err(e) => JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, format!("the doctor failed: {e}")),
+    }
+}
+
+/// `POST /api/plugins/{name}/reload`: 200 with the new version's facts, 400
+/// on a bad plugin (the old version keeps running), 404 when there is none.
+pub(crate) async fn reload(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> JsonReply {
+    match reload::reload(&state, &name).await {
+        Ok(done) => JsonReply::ok(serde_json::to_value(done).unwrap_or_default()),
+        Err(e @ ReloadError::NotFound(_)) => JsonReply::error(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e) => JsonReply::with_status(
+            StatusCode::BAD_REQUEST,
+            json!({"name": name, "hooks_valid": false, "error": e.to_string()}),
+        ),
+    }
+}
+
+/// `GET /api/context-engine/metrics`: 204 without plugins, else the flat
+/// per-hook view summed over the stack.
+pub(crate) async fn engine_metrics(State(state): State<Arc<AppState>>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if state.engine.layer_names().is_empty() {
+        return StatusCode::NO_CONTENT.into_response();
+    }
+    JsonReply::ok(serde_json::to_value(state.engine.metrics().flat()).unwrap_or_default()).into_response()
+}
+
+/// `POST /api/plugins/{name}/test-hook` `{"hook","input"}`: runs exactly
+/// that plugin's hook (no policies, no fallback), like `ctxhost hook`. A
+/// plugin in the stack answers with its live version; any other is loaded
+/// from the plugins dir for the call.
+pub(crate) async fn test_hook(State(state): State<Arc<AppState>>, Path(name): Path<String>, bytes: Bytes) -> JsonReply {
+    let dir = match reload::plugin_dir(&state, &name) {
+        Ok(dir) => dir,
+        Err(e @ ReloadError::NotFound(_)) => return JsonReply::error(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e) => return JsonReply::bad_request(e.to_string()),
+    };
+    let request = match body::object(&bytes) {
+        Ok(b) => b,
+        Err(reply) => return reply,
+    };
+    let hook_text = match body::optional_str(&request, "hook") {
+        Ok(Some(h)) => h.to_owned(),
+        Ok(None) => return JsonReply::bad_request("`hook` is required"),
+        Err(reply) => return reply,
+    };
+    let failed = |message: String, elapsed_ms: f64| {
+        JsonReply::with_status(
+            StatusCode::BAD_REQUEST,
+            json!({"hook": hook_text, "plugin": name, "success": false, "elapsed_ms": elapsed_ms, "error": message}),
+        )
+    };
+    let hook: HookName = match hook_text.parse() {
+        Ok(h) => h,
+        Err(e) => {
+            let hint = crate::hint::did_you_mean(&hook_text, HookName::ALL.iter().map(|h| h.as_str()));
+            return failed(format!("{e}{hint}"), 0.0);
+        }
+    };
+    let input = match request.get("input") {
+        None | Some(Value::Null) => Value::Object(Default::default()),
+        Some(v @ Value::Object(_)) => v.clone(),
+        Some(other) => return failed(format!("`input` must be a JSON object, not {}", body::type_name(other)), 0.0),
+    };
+    let hook_request = match HookRequest::from_json(hook, input) {
+        Ok(r) => r,
+        Err(e) => return failed(e.to_string(), 0.0),
+    };
+    let runner: Arc<dyn Runner> = match state.engine.layer(&name) {
+        Some(layer) => layer.runner().clone(),
+        None => {
+            let loader = state.clone();
+            let loaded = tokio::task::spawn_blocking(move || crate::plugin::load_plugin(&dir, &loader.load_context()))
+                .await
+                .map_err(|e| e.to_string());
+            match loaded {
+                Ok(Ok(plugin)) => plugin.runner,
+                Ok(Err(e)) => return failed(e.to_string(), 0.0),
+                Err(e) => return failed(e, 0.0),
+            }
+        }
+    };
+    let start = Instant::now();
+    let result = runner.call(&hook_request, &CallOptions::default()).await;
+    let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+    match result {
+        Ok(output) => JsonReply::ok(
+            json!({"hook": hook.as_str(), "plugin": name, "success": true, "elapsed_ms": elapsed_ms, "output": output}),
+        ),
+        Err(e) => failed(e.to_string(), elapsed_ms),
+    }
+}

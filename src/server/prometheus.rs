@@ -1,0 +1,99 @@
+//! `GET /metrics`: the engine's per-plugin, per-hook metrics in the
+//! Prometheus text exposition format (version 0.0.4). Only rendering lives
+//! here; the numbers are [`crate::metrics`]'s.
+
+use std::fmt::Write;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+
+use super::AppState;
+use crate::metrics::HookHistogram;
+
+pub(crate) async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    let text = render(&state.engine.metrics().histograms(), &state.engine.layer_names());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text)
+}
+
+/// The exposition text for `hooks` and the active layers.
+pub(crate) fn render(hooks: &[HookHistogram], layers: &[String]) -> String {
+    let mut out = String::new();
+    let counters: [(&str, &str, fn(&HookHistogram) -> u64); 4] = [
+        ("ctxhost_hook_calls_total", "Hook calls per plugin and hook.", |h| h.calls),
+        ("ctxhost_hook_successes_total", "Hook calls that answered.", |h| h.successes),
+        ("ctxhost_hook_failures_total", "Hook calls that failed (fallbacks included).", |h| h.failures),
+        ("ctxhost_hook_fallbacks_total", "Failed hook calls the engine answered with a fallback.", |h| h.fallbacks),
+    ];
+    for (name, help, value) in counters {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for h in hooks {
+            let _ = writeln!(out, "{name}{{{}}} {}", labels(h), value(h));
+        }
+    }
+    let name = "ctxhost_hook_duration_seconds";
+    let _ = writeln!(out, "# HELP {name} Hook call latency, retries and queueing included.\n# TYPE {name} histogram");
+    for h in hooks {
+        let labels = labels(h);
+        for (le, count) in &h.buckets {
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {count}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.calls);
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum_seconds);
+        let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.calls);
+    }
+    let name = "ctxhost_plugin_active";
+    let _ = writeln!(out, "# HELP {name} Plugins in the engine's stack (1 each).\n# TYPE {name} gauge");
+    for layer in layers {
+        let _ = writeln!(out, "{name}{{plugin=\"{}\"}} 1", escape(layer));
+    }
+    out
+}
+
+fn labels(h: &HookHistogram) -> String {
+    format!("plugin=\"{}\",hook=\"{}\"", escape(&h.plugin), h.hook.as_str())
+}
+
+/// A label value as the format wants it: `\`, `"` and newlines escaped.
+fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{CallOutcome, Metrics};
+    use crate::protocol::HookName;
+    use std::time::Duration;
+
+    #[test]
+    fn exposition_text() {
+        let m = Metrics::default();
+        m.record("notes", HookName::Ingest, Duration::from_micros(300), CallOutcome::Success);
+        m.record("notes", HookName::Ingest, Duration::from_millis(3), CallOutcome::Fallback);
+        let text = render(&m.histograms(), &["notes".to_owned(), "we\"ird".to_owned()]);
+        assert!(text.contains("# TYPE ctxhost_hook_calls_total counter\n"), "{text}");
+        assert!(text.contains("ctxhost_hook_calls_total{plugin=\"notes\",hook=\"ingest\"} 2\n"), "{text}");
+        assert!(text.contains("ctxhost_hook_fallbacks_total{plugin=\"notes\",hook=\"ingest\"} 1\n"), "{text}");
+        assert!(
+            text.contains("ctxhost_hook_duration_seconds_bucket{plugin=\"notes\",hook=\"ingest\",le=\"0.00025\"} 0\n")
+        );
+        assert!(
+            text.contains("ctxhost_hook_duration_seconds_bucket{plugin=\"notes\",hook=\"ingest\",le=\"0.0005\"} 1\n")
+        );
+        assert!(
+            text.contains("ctxhost_hook_duration_seconds_bucket{plugin=\"notes\",hook=\"ingest\",le=\"0.005\"} 2\n")
+        );
+        assert!(
+            text.contains("ctxhost_hook_duration_seconds_bucket{plugin=\"notes\",hook=\"ingest\",le=\"+Inf\"} 2\n")
+        );
+        assert!(text.contains("ctxhost_hook_duration_seconds_count{plugin=\"notes\",hook=\"ingest\"} 2\n"));
+        assert!(text.contains("ctxhost_plugin_active{plugin=\"we\\\"ird\"} 1\n"), "{text}");
+        // Every sample line is `name{labels} value` with a numeric value.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let value = line.rsplit(' ').next().unwrap();
+            assert!(value.parse::<f64>().is_ok(), "{line}");
+        }
+    }
+}
