@@ -1,1 +1,560 @@
-//! (in progress)
+//! `ctxhost serve` as a client sees it: the real binary on an ephemeral
+//! loopback port, every route with its error statuses, concurrent calls,
+//! hot reload under load, `--watch`, the token, graceful shutdown, and the
+//! stdlib Python agent of guest-examples/ talking to it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde_json::{Value, json};
+
+use crate::util::http::Daemon;
+use crate::util::{repo_root, require_program, write};
+
+/// A ctxhost home with bash plugins in its plugins dir.
+struct Site {
+    root: tempfile::TempDir,
+}
+
+impl Site {
+    fn new() -> Site {
+        Site { root: tempfile::tempdir().unwrap() }
+    }
+
+    fn home(&self) -> PathBuf {
+        self.root.path().join("home")
+    }
+
+    fn plugin_dir(&self, name: &str) -> PathBuf {
+        self.home().join("plugins").join(name)
+    }
+
+    fn config(&self, toml: &str) {
+        write(&self.home().join("config.toml"), toml);
+    }
+
+    /// A bash plugin answering ingest with `"<name> <VERSION>: <message>"`
+    /// (VERSION from its `[env]`, fixed at load: only a reload changes it),
+    /// and after_turn with ok.
+    fn echo_plugin(&self, name: &str, version: &str) {
+        let manifest = format!(
+            "name = \"{name}\"\nversion = \"1.0.0\"\n[env]\nVERSION = \"{version}\"\n\
+             [hooks]\nruntime = \"bash\"\ningest = \"hooks/ingest.sh\"\nafter_turn = \"hooks/after_turn.sh\"\n"
+        );
+        write(&self.plugin_dir(name).join("plugin.toml"), &manifest);
+        write(
+            &self.plugin_dir(name).join("hooks/ingest.sh"),
+            &format!(
+                "read -r line\nprintf '{{\"memories\":[{{\"content\":\"{name} %s: %s\"}}]}}\\n' \"$VERSION\" \"$LIBREFANG_MESSAGE\"\n"
+            ),
+        );
+        write(&self.plugin_dir(name).join("hooks/after_turn.sh"), "cat > /dev/null\necho '{\"type\":\"ok\"}'\n");
+    }
+
+    fn start(&self, args: &[&str]) -> Daemon {
+        Daemon::start(&self.home(), args, &[])
+    }
+}
+
+fn ingest(daemon: &Daemon, agent: &str, message: &str) -> Value {
+    let r = daemon.post(&format!("/api/agents/{agent}/ingest"), &json!({ "message": message }).to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.json()
+}
+
+fn plugin_memories(reply: &Value) -> Vec<String> {
+    reply["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["source"] != "default")
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn agent_api_answers_every_hook_with_the_engines_result() {
+    let site = Site::new();
+    site.echo_plugin("alpha", "v1");
+    site.echo_plugin("beta", "v1");
+    site.config(
+        "[context_engine]\nplugin_stack = [\"alpha\", \"beta\"]\nplugin_stack_weights = { beta = 2.0 }\n\
+         context_window_tokens = 1000\n",
+    );
+    let d = site.start(&[]);
+
+    let health = d.get("/healthz");
+    assert_eq!(health.status, 200);
+    assert_eq!(health.json(), json!({"status": "ok", "plugins": ["alpha", "beta"]}));
+
+    // after_turn: the built-in memory stores what the user said.
+    let turn = json!({"messages": [
+        {"role": "user", "content": "my cat is called Tom"},
+        {"role": "assistant", "content": "Nice name."}
+    ]});
+    let r = d.post("/api/agents/a1/after_turn", &turn.to_string());
+    assert_eq!((r.status, r.json()), (200, json!({"type": "ok"})));
+
+    // ingest: default recall first, then the layers by weight (beta 2.0 first).
+    let reply = ingest(&d, "a1", "what is my cat called");
+    let memories = reply["memories"].as_array().unwrap();
+    assert_eq!(memories[0], json!({"content": "my cat is called Tom", "source": "default"}));
+    assert_eq!(
+        memories[1..],
+        [
+            json!({"content": "beta v1: what is my cat called", "source": "beta"}),
+            json!({"content": "alpha v1: what is my cat called", "source": "alpha"})
+        ]
+    );
+    // The route's agent is the key: another agent recalls nothing of a1's.
+    let other = ingest(&d, "a2", "what is my cat called");
+    assert!(other["memories"].as_array().unwrap().iter().all(|m| m["source"] != "default"), "{other}");
+
+    // assemble: no plugin assembles, so the default trims to the window;
+    // the newest user message always stays.
+    let long = "word ".repeat(400);
+    let history = json!({"system_prompt": "be brief", "messages": [
+        {"role": "user", "content": long},
+        {"role": "assistant", "content": long},
+        {"role": "user", "content": "and now?"}
+    ], "context_window_tokens": 600});
+    let r = d.post("/api/agents/a1/assemble", &history.to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    let messages = r.json()["messages"].as_array().unwrap().clone();
+    assert_eq!(messages.last().unwrap()["content"], "and now?");
+    assert!(messages.len() < 3, "trimmed to the window: {messages:?}");
+
+    // compact without token_pressure: the host computes it.
+    let r = d.post("/api/agents/a1/compact", &json!({"messages": history["messages"]}).to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    let compacted = r.json();
+    assert!(compacted["messages"].as_array().unwrap().len() <= 3, "{compacted}");
+
+    // transform_tool_result: no plugin rewrites, the result stays.
+    let r = d.post(
+        "/api/agents/a1/transform_tool_result",
+        &json!({"tool_name": "ls", "tool_use_id": "t1", "result": "a b c"}).to_string(),
+    );
+    assert_eq!((r.status, r.json()), (200, json!({"content": "a b c"})));
+
+    for hook in ["bootstrap", "prepare_subagent", "merge_subagent"] {
+        let r = d.post(&format!("/api/agents/a1/{hook}"), "{\"child_id\":\"c1\"}");
+        assert_eq!((r.status, r.json()), (200, json!({"type": "ok"})), "{hook}");
+    }
+    // An empty body is an empty request.
+    assert_eq!(d.post("/api/agents/a1/after_turn", "").status, 200);
+}
+
+#[test]
+fn bad_requests_get_a_400_that_says_what_is_wrong() {
+    let site = Site::new();
+    site.echo_plugin("alpha", "v1");
+    site.config("[context_engine]\nplugin = \"alpha\"\n");
+    let d = site.start(&[]);
+
+    let r = d.post("/api/agents/a1/ingest", "{\"message\": ");
+    assert_eq!(r.status, 400);
+    assert!(r.json()["error"].as_str().unwrap().starts_with("the request body is not valid JSON: EOF"), "{}", r.body);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+
+    let r = d.post("/api/agents/a1/ingest", "[1,2]");
+    assert_eq!(
+        (r.status, r.json()["error"].as_str()),
+        (400, Some("the request body must be a JSON object, not an array"))
+    );
+
+    let r = d.post("/api/agents/a1/ingest", "{\"message\": 5}");
+    assert_eq!(r.status, 400);
+    assert!(r.json()["error"].as_str().unwrap().starts_with("invalid `ingest` request"), "{}", r.body);
+
+    let r = d.post("/api/agents/a1/ingest", "{\"agent_id\": \"someone-else\"}");
+    assert_eq!(r.status, 400);
+    assert!(r.body.contains("the route's agent is \\\"a1\\\""), "{}", r.body);
+
+    let r = d.post("/api/agents/a1/ingest", "{\"type\": \"assemble\"}");
+    assert_eq!(r.status, 400, "{}", r.body);
+
+    let r = d.post("/api/agents/a1/injest", "{}");
+    assert_eq!(r.status, 404);
+    assert!(r.json()["error"].as_str().unwrap().contains("did you mean `ingest`"), "{}", r.body);
+
+    let r = d.post("/api/plugins/alpha/test-hook", "not json");
+    assert_eq!(r.status, 400);
+    assert!(r.json()["error"].as_str().unwrap().starts_with("the request body is not valid JSON"), "{}", r.body);
+
+    let r = d.get("/no/such/route");
+    assert_eq!((r.status, r.json()["error"].as_str()), (404, Some("no route for /no/such/route")));
+
+    let r = d.get("/api/agents/a1/ingest");
+    assert_eq!(r.status, 405, "a GET of a POST route");
+}
+
+#[test]
+fn an_abort_plugin_failure_is_a_502_naming_the_plugin() {
+    let site = Site::new();
+    write(
+        &site.plugin_dir("strict").join("plugin.toml"),
+        "name = \"strict\"\nversion = \"1\"\n[hooks]\nruntime = \"bash\"\non_hook_failure = \"abort\"\ningest = \"i.sh\"\n",
+    );
+    write(&site.plugin_dir("strict").join("i.sh"), "echo broken >&2\nexit 3\n");
+    site.config("[context_engine]\nplugin = \"strict\"\n");
+    let d = site.start(&[]);
+    let r = d.post("/api/agents/a1/ingest", "{\"message\":\"hi\"}");
+    assert_eq!(r.status, 502, "{}", r.body);
+    let body = r.json();
+    assert_eq!((body["plugin"].as_str(), body["hook"].as_str()), (Some("strict"), Some("ingest")));
+    assert!(body["error"].as_str().unwrap().contains("exit code 3"), "{body}");
+}
+
+#[test]
+fn concurrent_calls_all_answer() {
+    let site = Site::new();
+    site.echo_plugin("alpha", "v1");
+    site.echo_plugin("beta", "v1");
+    site.config("[context_engine]\nplugin_stack = [\"alpha\", \"beta\"]\n");
+    let d = Arc::new(site.start(&[]));
+    let handles: Vec<_> = (0..24)
+        .map(|i| {
+            let d = d.clone();
+            std::thread::spawn(move || plugin_memories(&ingest(&d, &format!("agent-{i}"), &format!("question {i}"))))
+        })
+        .collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        assert_eq!(h.join().unwrap(), [format!("alpha v1: question {i}"), format!("beta v1: question {i}")]);
+    }
+    let metrics = d.get("/api/context-engine/metrics").json();
+    assert_eq!(metrics["ingest"]["calls"], 48);
+    assert_eq!(metrics["ingest"]["failures"], 0);
+}
+
+#[test]
+fn metrics_routes() {
+    let site = Site::new();
+    let d = site.start(&[]);
+    // No plugin active: LibreFang's 204.
+    let r = d.get("/api/context-engine/metrics");
+    assert_eq!((r.status, r.body.as_str()), (204, ""));
+    drop(d);
+
+    site.echo_plugin("alpha", "v1");
+    site.config("[context_engine]\nplugin = \"alpha\"\n");
+    let d = site.start(&[]);
+    assert_eq!(d.get("/api/context-engine/metrics").json(), json!({}), "active, nothing called yet");
+    ingest(&d, "a1", "hello");
+    let flat = d.get("/api/context-engine/metrics").json();
+    assert_eq!((flat["ingest"]["calls"].as_u64(), flat["ingest"]["successes"].as_u64()), (Some(1), Some(1)));
+    assert!(flat["ingest"]["total_ms"].as_f64().unwrap() > 0.0);
+
+    let r = d.get("/metrics");
+    assert_eq!(r.status, 200);
+    assert!(r.header("content-type").unwrap().starts_with("text/plain; version=0.0.4"));
+    assert!(r.body.contains("ctxhost_hook_calls_total{plugin=\"alpha\",hook=\"ingest\"} 1\n"), "{}", r.body);
+    assert!(r.body.contains("ctxhost_hook_duration_seconds_count{plugin=\"alpha\",hook=\"ingest\"} 1\n"));
+    assert!(r.body.contains("ctxhost_plugin_active{plugin=\"alpha\"} 1\n"));
+}
+
+#[test]
+fn test_hook_runs_one_plugin_hook_and_reports() {
+    let site = Site::new();
+    site.echo_plugin("alpha", "v1");
+    write(
+        &site.plugin_dir("broken").join("plugin.toml"),
+        "name = \"broken\"\nversion = \"1\"\n[hooks]\nruntime = \"bash\"\ningest = \"i.sh\"\n",
+    );
+    write(&site.plugin_dir("broken").join("i.sh"), "echo 'no luck' >&2\nexit 2\n");
+    let d = site.start(&[]);
+
+    // Not in any stack: loaded from the plugins dir for the call.
+    let r = d.post(
+        "/api/plugins/alpha/test-hook",
+        &json!({"hook": "ingest", "input": {"agent_id": "a1", "message": "hi"}}).to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let body = r.json();
+    assert_eq!(
+        (body["hook"].as_str(), body["plugin"].as_str(), &body["success"]),
+        (Some("ingest"), Some("alpha"), &json!(true))
+    );
+    assert_eq!(body["output"], json!({"memories": [{"content": "alpha v1: hi"}]}));
+    assert!(body["elapsed_ms"].as_f64().unwrap() > 0.0);
+
+    let r = d.post("/api/plugins/broken/test-hook", "{\"hook\":\"ingest\",\"input\":{}}");
+    assert_eq!(r.status, 400);
+    let body = r.json();
+    assert_eq!(body["success"], false);
+    assert!(body["error"].as_str().unwrap().contains("exit code 2"), "{body}");
+
+    let r = d.post("/api/plugins/alpha/test-hook", "{\"hook\":\"ingets\"}");
+    assert_eq!(r.status, 400);
+    assert!(r.json()["error"].as_str().unwrap().contains("did you mean `ingest`"), "{}", r.body);
+    let r = d.post("/api/plugins/alpha/test-hook", "{\"input\":{}}");
+    assert_eq!((r.status, r.json()["error"].as_str()), (400, Some("`hook` is required")));
+    let r = d.post("/api/plugins/alpha/test-hook", "{\"hook\":\"assemble\"}");
+    assert_eq!(r.status, 400, "alpha has no assemble hook: {}", r.body);
+
+    let r = d.post("/api/plugins/nobody/test-hook", "{\"hook\":\"ingest\"}");
+    assert_eq!((r.status, r.json()["error"].as_str()), (404, Some("Plugin 'nobody' not found")));
+
+    // A plugin written while the daemon runs is usable at once.
+    site.echo_plugin("late", "v9");
+    let r = d.post("/api/plugins/late/test-hook", "{\"hook\":\"ingest\",\"input\":{\"message\":\"yo\"}}");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["output"]["memories"][0]["content"], "late v9: yo");
+    let r = d.post("/api/plugins/late/reload", "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["active"], false, "not in the stack");
+}
+
+#[test]
+fn doctor_route_has_librefangs_shape() {
+    let site = Site::new();
+    site.echo_plugin("alpha", "v1");
+    let d = site.start(&[]);
+    let r = d.get("/api/plugins/doctor");
+    assert_eq!(r.status, 200);
+    let report = r.json();
+    let bash = report["runtimes"].as_array().unwrap().iter().find(|r| r["runtime"] == "bash").unwrap().clone();
+    assert_eq!(bash["available"], true);
+    let alpha = &report["plugins"][0];
+    assert_eq!((alpha["name"].as_str(), &alpha["hooks_valid"]), (Some("alpha"), &json!(true)));
+    for key in ["runtime", "runtime_available", "install_hint"] {
+        assert!(alpha.get(key).is_some(), "{key} missing: {alpha}");
+    }
+}
+
+#[test]
+fn reload_swaps_the_plugin_and_a_bad_manifest_keeps_the_old_one() {
+    let site = Site::new();
+    site.echo_plugin("alpha", "v1");
+    site.config("[context_engine]\nplugin = \"alpha\"\n");
+    let d = site.start(&[]);
+    assert_eq!(plugin_memories(&ingest(&d, "a1", "x")), ["alpha v1: x"]);
+
+    // The manifest changes; until a reload the running version answers.
+    site.echo_plugin("alpha", "v2");
+    assert_eq!(plugin_memories(&ingest(&d, "a1", "x")), ["alpha v1: x"]);
+    let r = d.post("/api/plugins/alpha/reload", "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let body = r.json();
+    assert_eq!(
+        (body["name"].as_str(), body["version"].as_str(), &body["hooks_valid"], &body["active"]),
+        (Some("alpha"), Some("1.0.0"), &json!(true), &json!(true))
+    );
+    assert_eq!(body["hooks"], json!(["ingest", "after_turn"]));
+    assert_eq!(plugin_memories(&ingest(&d, "a1", "x")), ["alpha v2: x"]);
+
+    // A broken manifest: 400 naming the problem, and v2 keeps answering.
+    write(&site.plugin_dir("alpha").join("plugin.toml"), "name = \"alpha\"\n[hooks]\ningest = \"../escape.sh\"\n");
+    let r = d.post("/api/plugins/alpha/reload", "");
+    assert_eq!(r.status, 400, "{}", r.body);
+    let body = r.json();
+    assert_eq!(body["hooks_valid"], false);
+    assert!(body["error"].as_str().unwrap().contains("plugin.toml"), "names the file: {body}");
+    assert_eq!(plugin_memories(&ingest(&d, "a1", "x")), ["alpha v2: x"]);
+
+    let r = d.post("/api/plugins/ghost/reload", "");
+    assert_eq!((r.status, r.json()["error"].as_str()), (404, Some("Plugin 'ghost' not found")));
+    let r = d.post("/api/plugins/bad%20name/reload", "");
+    assert_eq!(r.status, 400, "{}", r.body);
+}
+
+/// A reload in the middle of a stream of calls: every call answers (from the
+/// old or the new version), none fails.
+#[test]
+fn reload_during_a_stream_of_calls_loses_nothing() {
+    let site = Site::new();
+    site.echo_plugin("alpha", "v1");
+    site.echo_plugin("beta", "v1");
+    site.config("[context_engine]\nplugin_stack = [\"alpha\", \"beta\"]\n");
+    let d = Arc::new(site.start(&[]));
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let (d, stop) = (d.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) || n < 5 {
+                    let r =
+                        d.post(&format!("/api/agents/w{w}/ingest"), &json!({"message": format!("m{n}")}).to_string());
+                    assert_eq!(r.status, 200, "call {n} of worker {w} failed: {}", r.body);
+                    let got = plugin_memories(&r.json());
+                    assert_eq!(got.len(), 2, "both layers answered call {n}: {got:?}");
+                    seen.extend(got);
+                    n += 1;
+                }
+                seen
+            })
+        })
+        .collect();
+    for round in 2..=5 {
+        site.echo_plugin("alpha", &format!("v{round}"));
+        let r = d.post("/api/plugins/alpha/reload", "");
+        assert_eq!(r.status, 200, "{}", r.body);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut versions = std::collections::BTreeSet::new();
+    for w in workers {
+        for memory in w.join().expect("a worker saw a failed call") {
+            versions.insert(memory.split(':').next().unwrap().to_owned());
+        }
+    }
+    assert!(versions.contains("alpha v5") && versions.contains("beta v1"), "{versions:?}");
+    let metrics = d.get("/api/context-engine/metrics").json();
+    assert_eq!(metrics["ingest"]["failures"], 0, "{metrics}");
+}
+
+#[test]
+fn a_token_guards_every_post_route_and_is_required_off_loopback() {
+    let site = Site::new();
+    site.echo_plugin("alpha", "v1");
+    site.config("[context_engine]\nplugin = \"alpha\"\n[server]\ntoken = \"s3cret\"\n");
+    let d = site.start(&[]);
+    for (path, body) in [
+        ("/api/agents/a1/ingest", "{}"),
+        ("/api/plugins/alpha/reload", ""),
+        ("/api/plugins/alpha/test-hook", "{\"hook\":\"ingest\"}"),
+        ("/api/plugins/scaffold", "{\"name\":\"x\"}"),
+    ] {
+        let r = d.post(path, body);
+        assert_eq!(r.status, 401, "{path}: {}", r.body);
+        assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+        let r = d.post_with(path, body, &[("Authorization", "Bearer wrong")]);
+        assert_eq!((r.status, r.json()["error"].as_str()), (401, Some("the bearer token is wrong")), "{path}");
+    }
+    assert!(!site.plugin_dir("x").exists(), "no scaffold without the token");
+    let r = d.post_with("/api/agents/a1/ingest", "{\"message\":\"hi\"}", &[("Authorization", "Bearer s3cret")]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Reading routes stay open.
+    assert_eq!(d.get("/healthz").status, 200);
+    assert_eq!(d.get("/api/plugins").status, 200);
+    drop(d);
+
+    // Beyond loopback without a token: refused before anything is served.
+    let other = Site::new();
+    let out = crate::util::ctxhost()
+        .arg("--home")
+        .arg(other.home())
+        .args(["serve", "--addr", "0.0.0.0:0"])
+        .env_remove("CTXHOST_TOKEN")
+        .timeout(std::time::Duration::from_secs(20))
+        .assert()
+        .failure();
+    let err = crate::util::stderr(&out);
+    assert!(err.contains("refusing to listen on 0.0.0.0:0 without a token"), "{err}");
+    assert!(err.contains("--token"), "{err}");
+}
+
+#[test]
+fn shutdown_lets_pending_after_turn_calls_finish() {
+    let site = Site::new();
+    let marker = site.root.path().join("after_turn-finished");
+    write(
+        &site.plugin_dir("slow").join("plugin.toml"),
+        "name = \"slow\"\nversion = \"1\"\n[env]\nMARKER = \"${MARKER}\"\n[hooks]\nruntime = \"bash\"\nafter_turn = \"a.sh\"\n",
+    );
+    write(&site.plugin_dir("slow").join("a.sh"), "cat > /dev/null\nsleep 1\ntouch \"$MARKER\"\necho '{}'\n");
+    site.config("[context_engine]\nplugin = \"slow\"\n");
+    let d = Daemon::start(&site.home(), &[], &[("MARKER", marker.to_str().unwrap())]);
+    let r = d.post("/api/agents/a1/after_turn", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+    assert_eq!(r.status, 200, "fire-and-forget: answered before the plugin ran");
+    assert!(!marker.exists());
+    let (ok, stderr) = d.stop();
+    assert!(ok, "exit 0 on SIGTERM: {stderr}");
+    assert!(marker.exists(), "the pending after_turn finished before exit: {stderr}");
+}
+
+#[test]
+fn watch_reloads_on_code_changes_but_not_on_state_files() {
+    let site = Site::new();
+    site.echo_plugin("alpha", "v1");
+    site.config("[context_engine]\nplugin = \"alpha\"\n");
+    let d = site.start(&["--watch", "-v"]);
+    // A plugin writing its own state: no reload.
+    write(&site.plugin_dir("alpha").join("state.json"), "{\"n\":1}");
+    write(&site.plugin_dir("alpha").join("data/notes.txt"), "x");
+    // A manifest change: reloaded once the burst settles.
+    site.echo_plugin("alpha", "v2");
+    let mut answer = Vec::new();
+    for _ in 0..100 {
+        answer = plugin_memories(&ingest(&d, "a1", "x"));
+        if answer == ["alpha v2: x"] {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(answer, ["alpha v2: x"], "--watch reloaded the changed manifest");
+    // More state writes after the reload: still no reload.
+    write(&site.plugin_dir("alpha").join("state.json"), "{\"n\":2}");
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let (_, stderr) = d.stop();
+    let reloads = stderr.matches("--watch: reloaded").count();
+    assert_eq!(reloads, 1, "one reload for the manifest burst, none for state files:\n{stderr}");
+}
+
+#[test]
+fn plugins_route_lists_the_plugins_dir_as_it_is_now() {
+    let site = Site::new();
+    site.echo_plugin("alpha", "v1");
+    let d = site.start(&[]);
+    let list = d.get("/api/plugins").json();
+    assert_eq!(
+        list,
+        json!([{"name": "alpha", "version": "1.0.0", "runtime": "bash", "hooks": ["ingest", "after_turn"], "enabled": true}])
+    );
+    write(&site.plugin_dir("zeta").join("plugin.toml"), "name = \"zeta\"\n");
+    let list = d.get("/api/plugins").json();
+    let zeta = &list.as_array().unwrap()[1];
+    assert_eq!(zeta["name"], "zeta");
+    assert!(zeta["error"].as_str().unwrap().contains("version"), "a broken manifest is listed with its error: {zeta}");
+}
+
+#[test]
+fn scaffold_route_creates_a_plugin_the_daemon_can_use_at_once() {
+    let site = Site::new();
+    let d = site.start(&[]);
+    let r = d.post("/api/plugins/scaffold", "{\"name\":\"fresh\",\"runtime\":\"bash\",\"description\":\"new one\"}");
+    assert_eq!(r.status, 201, "{}", r.body);
+    let body = r.json();
+    assert_eq!((body["scaffolded"].as_bool(), body["name"].as_str()), (Some(true), Some("fresh")));
+    assert!(Path::new(body["path"].as_str().unwrap()).join("plugin.toml").is_file());
+
+    let r = d.post("/api/plugins/scaffold", "{\"name\":\"fresh\"}");
+    assert_eq!((r.status, r.json()["error"].as_str()), (409, Some("Plugin 'fresh' already exists")));
+    let r = d.post("/api/plugins/scaffold", "{\"name\":\"no/slash\"}");
+    assert_eq!(r.status, 400);
+    assert!(r.json()["error"].as_str().unwrap().starts_with("Invalid plugin name 'no/slash'"), "{}", r.body);
+    let r = d.post("/api/plugins/scaffold", "{}");
+    assert_eq!((r.status, r.json()["error"].as_str()), (400, Some("`name` is required")));
+
+    let listed = d.get("/api/plugins").json();
+    assert!(listed.as_array().unwrap().iter().any(|p| p["name"] == "fresh"), "{listed}");
+    let r = d.post("/api/plugins/fresh/test-hook", "{\"hook\":\"after_turn\",\"input\":{\"messages\":[]}}");
+    assert_eq!(r.status, 200, "the scaffolded plugin answers as generated: {}", r.body);
+    assert_eq!(d.post("/api/plugins/fresh/reload", "").status, 200);
+}
+
+/// guest-examples/agent_api_client.py, stdlib only, drives a turn through
+/// the agent API.
+#[test]
+fn the_python_agent_example_runs_against_the_server() {
+    require_program("python3", "python3");
+    let site = Site::new();
+    site.echo_plugin("alpha", "v1");
+    site.config("[context_engine]\nplugin = \"alpha\"\n");
+    let d = site.start(&[]);
+    let script = repo_root().join("guest-examples/agent-api/agent.py");
+    let out = std::process::Command::new("python3")
+        .arg(&script)
+        .args(["--url", &format!("http://{}", d.addr), "--agent", "py-agent"])
+        .output()
+        .expect("run python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    // Turn 2 recalls what turn 1 said, through the built-in memory and the plugin.
+    assert!(stdout.contains("recalled [default] My favourite colour is teal"), "{stdout}");
+    assert!(stdout.contains("recalled [alpha] alpha v1: What is my favourite colour?"), "{stdout}");
+    assert!(stdout.contains("assembled 3 messages"), "{stdout}");
+}

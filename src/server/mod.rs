@@ -101,7 +101,8 @@ impl AppState {
 pub struct Server {
     state: Arc<AppState>,
     listener: tokio::net::TcpListener,
-    watch: bool,
+    /// Watching since `bind`, so no change after the address is printed is missed.
+    watcher: Option<notify::RecommendedWatcher>,
 }
 
 impl Server {
@@ -134,7 +135,8 @@ impl Server {
             .map_err(|source| ServeError::Bind { addr: options.addr, source })?;
         let state =
             Arc::new(AppState { home, config, engine, token: options.token, reload_lock: tokio::sync::Mutex::new(()) });
-        Ok(Server { state, listener, watch: options.watch })
+        let watcher = if options.watch { Some(watch::start(state.clone())?) } else { None };
+        Ok(Server { state, listener, watcher })
     }
 
     /// The bound address (the real port when `:0` was asked for).
@@ -148,7 +150,7 @@ impl Server {
     /// # Errors
     /// The watcher could not start, or the listener failed.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
-        let _watcher = if self.watch { Some(watch::start(self.state.clone())?) } else { None };
+        let _watcher = self.watcher;
         let app = router(self.state.clone());
         axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await?;
         if tokio::time::timeout(SETTLE_TIMEOUT, self.state.engine.settle()).await.is_err() {

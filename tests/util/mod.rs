@@ -9,6 +9,7 @@ use serde_json::Value;
 use tempfile::TempDir;
 
 pub mod examples;
+pub mod http;
 
 pub use examples::repo_root;
 
