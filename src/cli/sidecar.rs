@@ -1,14 +1,87 @@
-//! `ctxhost sidecar` (in progress).
+//! `ctxhost sidecar`: LibreFang's sidecar context engine on stdin/stdout.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Args;
 
-use super::CliResult;
+use super::{CliResult, show_warnings};
+use crate::config::HostConfig;
+use crate::engine::stack::load_stack;
 use crate::home::Home;
+use crate::plugin::LoadContext;
+use crate::sidecar::{self, SidecarOptions};
 
-/// (in progress)
+/// Serve LibreFang's sidecar context-engine protocol on stdin/stdout.
+///
+/// LibreFang starts this command itself and sends one JSON request per line
+/// (`bootstrap`, `ingest`, `assemble`, `after_turn`); each gets one reply line.
+/// The engine is the one `ctxhost run` uses: the built-in memory under the
+/// plugin stack of `config.toml`. Logs go to stderr only. The command ends when
+/// stdin closes (or on SIGTERM/SIGINT), after answering every request read
+/// and letting pending `after_turn` plugin calls finish (bounded by
+/// --settle-timeout-secs).
 #[derive(Debug, Args)]
-pub struct SidecarArgs {}
+#[command(after_help = "\
+Examples:
+  # LibreFang's config.toml: hand its context engine to ctxhost
+  [context_engine]
+  engine = \"sidecar\"
 
-pub fn exec(_args: SidecarArgs, _home: &Home) -> CliResult {
-    Err("`ctxhost sidecar` is not built yet".into())
+  [context_engine.sidecar]
+  command = \"ctxhost\"
+  args = [\"sidecar\", \"--home\", \"/home/me/.ctxhost\"]
+  request_timeout_secs = 30
+
+  # By hand: one request per line in, one reply per line out
+  echo '{\"id\":1,\"method\":\"ingest\",\"params\":{\"agent_id\":\"a1\",\"user_message\":\"hi\",\"peer_id\":null}}' \\
+    | ctxhost sidecar")]
+pub struct SidecarArgs {
+    /// After stdin closes, how long pending after_turn plugin calls may still run
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    settle_timeout_secs: u64,
+    /// How long an ingest waits for the same agent's previous after_turn plugin calls,
+    /// so what one turn taught is recalled on the next
+    #[arg(long, value_name = "MS", default_value_t = 5000)]
+    ingest_wait_ms: u64,
+}
+
+pub fn exec(args: SidecarArgs, home: &Home) -> CliResult {
+    let (config, warnings) = HostConfig::load(home.config_file())?;
+    show_warnings(&warnings);
+    let cx = LoadContext { home, config: &config, host_env: &LoadContext::process_env };
+    let (engine, warnings) = load_stack(&cx)?;
+    show_warnings(&warnings);
+    tracing::info!(plugins = ?engine.layer_names(), "ctxhost sidecar ready");
+    let options = SidecarOptions {
+        ingest_wait: Duration::from_millis(args.ingest_wait_ms),
+        settle_timeout: Duration::from_secs(args.settle_timeout_secs),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let input = std::io::BufReader::with_capacity(1 << 16, std::io::stdin());
+    let report = runtime.block_on(async {
+        let stop = async {
+            use tokio::signal::unix::{SignalKind, signal};
+            match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
+                }
+                _ => std::future::pending().await,
+            }
+        };
+        sidecar::serve(Arc::new(engine), input, std::io::stdout(), options, stop).await
+    });
+    tracing::info!(
+        requests = report.requests,
+        invalid_lines = report.invalid_lines,
+        "ctxhost sidecar: input closed; exiting"
+    );
+    // Work cut off by the settle timeout is stopped here (its hooks' process
+    // groups are killed as their calls drop).
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    Ok(ExitCode::SUCCESS)
 }
