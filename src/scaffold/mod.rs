@@ -225,14 +225,18 @@ pub fn scaffold(plugins_dir: &Path, request: &ScaffoldRequest<'_>) -> Result<Pat
         return Err(ScaffoldError::AlreadyExists(name.to_owned()));
     }
     std::fs::create_dir_all(plugins_dir).map_err(io(plugins_dir))?;
-    // A dot name is never a plugin name, so a listing of the plugins dir cannot
-    // mistake the half-written directory for a plugin.
+    // A dot name is never a plugin name, so the temporary directory cannot be
+    // mistaken for a plugin.
     let tmp =
         tempfile::Builder::new().prefix(&format!(".{name}.new-")).tempdir_in(plugins_dir).map_err(io(plugins_dir))?;
     let description = request.description.map(Cow::Borrowed).unwrap_or_else(|| {
         Cow::Owned(format!("A {} context-engine plugin: remembers what the user said", template.tag()))
     });
-    for file in template.files(name, &description) {
+    let mut files = template.files(name, &description);
+    // The manifest last: until it exists, nothing that looks for plugins
+    // (a directory holding a plugin.toml) sees the temporary directory.
+    files.sort_by_key(|f| f.path == crate::manifest::MANIFEST_FILE);
+    for file in files {
         let path = tmp.path().join(file.path);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(io(parent))?;
