@@ -1,9 +1,12 @@
 //! Loading a plugin directory into something that can run hooks.
 //!
-//! This is where a checked [`Manifest`] meets the host: the operator's config
-//! overrides are resolved and written for `LIBREFANG_PLUGIN_CONFIG`, the
-//! environment plan is fixed, and the launcher is resolved — all once, so a
-//! call pays none of it.
+//! This is where a checked [`Manifest`] meets the host: the operator's grant
+//! narrows the privileges the manifest asks for (spec section 6, see
+//! [`crate::registry::grants`]; the first load records them), the operator's
+//! config overrides are resolved and written for `LIBREFANG_PLUGIN_CONFIG`,
+//! the environment plan is fixed, and the launcher is resolved — a python
+//! plugin with a virtual environment (`<home>/venvs/<name>`) runs on that
+//! environment's python — all once, so a call pays none of it.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -54,7 +57,26 @@ impl LoadContext<'_> {
 /// or a runtime this build cannot run.
 pub fn load_script_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<(ProcessRunner, Vec<String>), LoadError> {
     let lookup = |var: &str| (cx.host_env)(var).map(|v| v.to_string_lossy().into_owned());
-    script_runner(Manifest::load_with_env(dir, &lookup)?, cx)
+    let loaded = granted(Manifest::load_with_env(dir, &lookup)?, cx);
+    script_runner(loaded, cx, Venv::OfPlugin)
+}
+
+/// Applies the operator's grant to a plugin's settings: afterwards
+/// `allow_network`, `allow_filesystem`, `readable_paths` and `writable_paths`
+/// are the effective privileges, the only ones anything may act on.
+fn granted(mut loaded: manifest::Loaded, cx: &LoadContext<'_>) -> manifest::Loaded {
+    let warnings = crate::registry::grants::enforce(cx.home, &loaded.manifest.name, &mut loaded.manifest.settings);
+    loaded.warnings.extend(warnings);
+    loaded
+}
+
+/// Whether a script plugin may run on its own virtual environment.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Venv {
+    /// A plugin: its venv when it has one (python only).
+    OfPlugin,
+    /// Manual hooks of the config file: none.
+    No,
 }
 
 /// LibreFang's manual hooks (`[context_engine.hooks]` of the config file) as
@@ -64,26 +86,68 @@ pub fn load_script_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<(ProcessRu
 /// As for [`load_script_plugin`].
 pub fn load_manual_hooks(hooks: &toml::Table, cx: &LoadContext<'_>) -> Result<(ProcessRunner, Vec<String>), LoadError> {
     let lookup = |var: &str| (cx.host_env)(var).map(|v| v.to_string_lossy().into_owned());
-    script_runner(Manifest::from_manual_hooks(cx.home.config_file(), "hooks", hooks, &lookup)?, cx)
+    // The config file is the operator's own: its settings are the grant.
+    script_runner(Manifest::from_manual_hooks(cx.home.config_file(), "hooks", hooks, &lookup)?, cx, Venv::No)
 }
 
-fn script_runner(loaded: manifest::Loaded, cx: &LoadContext<'_>) -> Result<(ProcessRunner, Vec<String>), LoadError> {
+fn script_runner(
+    loaded: manifest::Loaded,
+    cx: &LoadContext<'_>,
+    venv: Venv,
+) -> Result<(ProcessRunner, Vec<String>), LoadError> {
     let manifest::Loaded { manifest, mut warnings } = loaded;
     if manifest.settings.runtime == Runtime::Wasm {
         return Err(LoadError::NotAScript(manifest.name));
     }
     let config_file = write_config(&manifest, cx, &mut warnings)?;
-    let info = process::runtime_info(&manifest.settings.runtime);
-    let env = EnvPlan::new(EnvInputs {
-        manifest: &manifest,
-        passthrough: info.passthrough,
-        allowed_env_vars: &cx.config.allowed_env_vars,
-        config_file: config_file.as_deref(),
-        host: cx.host_env,
-    });
-    let launcher =
-        process::resolve_launcher(&manifest.settings.runtime, &manifest.dir, env.base(), &cx.home.cache_dir());
+    let venv = match venv {
+        Venv::OfPlugin if manifest.settings.runtime == Runtime::Python => plugin_venv(&manifest, cx, &mut warnings),
+        _ => None,
+    };
+    let env = env_plan(&manifest, cx, config_file.as_deref(), venv.as_deref());
+    let launcher = match &venv {
+        Some(venv) => process::Launcher::Program { program: crate::registry::venv::python(venv), args: Vec::new() },
+        None => process::resolve_launcher(&manifest.settings.runtime, &manifest.dir, env.base(), &cx.home.cache_dir()),
+    };
     Ok((ProcessRunner::new(ProcessPlugin { manifest, launcher, env }), warnings))
+}
+
+fn env_plan(manifest: &Manifest, cx: &LoadContext<'_>, config_file: Option<&Path>, venv: Option<&Path>) -> EnvPlan {
+    EnvPlan::new(EnvInputs {
+        manifest,
+        passthrough: process::runtime_info(&manifest.settings.runtime).passthrough,
+        allowed_env_vars: &cx.config.allowed_env_vars,
+        config_file,
+        venv,
+        host: cx.host_env,
+    })
+}
+
+/// The virtual environment a python plugin's hooks run in, if it has one.
+fn plugin_venv(manifest: &Manifest, cx: &LoadContext<'_>, warnings: &mut Vec<String>) -> Option<PathBuf> {
+    use crate::registry::venv::{Found, find};
+    match find(cx.home, &manifest.name) {
+        Found::Ready(dir) => Some(dir),
+        Found::None => None,
+        Found::Broken(dir) => {
+            warnings.push(format!(
+                "the virtual environment `{}` of plugin '{}' has no working bin/python; its hooks run on the \
+                 system python. Rebuild it with `ctxhost plugin install --force <source>`",
+                dir.display(),
+                manifest.name
+            ));
+            None
+        }
+    }
+}
+
+/// The launcher a script plugin's hooks would run on without a virtual
+/// environment — resolved exactly as a load resolves it (PATH as the hook
+/// sees it, version-manager shims seen through). `ctxhost plugin install`
+/// builds a python plugin's environment with it.
+pub fn system_launcher(manifest: &Manifest, cx: &LoadContext<'_>) -> process::Launcher {
+    let env = env_plan(manifest, cx, None, None);
+    process::resolve_launcher(&manifest.settings.runtime, &manifest.dir, env.base(), &cx.home.cache_dir())
 }
 
 /// `[config.*]` defaults merged with `[plugin_config.<name>]` from config.toml,
@@ -133,7 +197,7 @@ pub struct LoadedPlugin {
 /// `describe` failure.
 pub fn load_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, LoadError> {
     let lookup = |var: &str| (cx.host_env)(var).map(|v| v.to_string_lossy().into_owned());
-    let loaded = Manifest::load_with_env(dir, &lookup)?;
+    let loaded = granted(Manifest::load_with_env(dir, &lookup)?, cx);
     match loaded.manifest.component.clone() {
         Some(component) => {
             let manifest::Loaded { manifest, mut warnings } = loaded;
@@ -177,7 +241,7 @@ pub fn load_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, Loa
             })
         }
         None => {
-            let (runner, warnings) = script_runner(loaded, cx)?;
+            let (runner, warnings) = script_runner(loaded, cx, Venv::OfPlugin)?;
             Ok(LoadedPlugin::script(runner, warnings))
         }
     }

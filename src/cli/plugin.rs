@@ -1,14 +1,260 @@
-//! `ctxhost plugin` (in progress).
+//! `ctxhost plugin list | install | remove | enable | disable | grant`: the
+//! plugins dir and the operator's records about it (`crate::registry`).
 
-use clap::Args;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
 
-use super::CliResult;
+use clap::{Args, Subcommand};
+
+use super::{CliResult, show_warnings};
+use crate::config::HostConfig;
 use crate::home::Home;
+use crate::plugin::LoadContext;
+use crate::registry::{self, PluginInfo, grants, install, state};
 
-/// (in progress)
+/// Manage the plugins of the plugins dir.
 #[derive(Debug, Args)]
-pub struct PluginArgs {}
+#[command(after_help = "\
+Examples:
+  ctxhost plugin list
+  ctxhost plugin install ./my-plugin
+  ctxhost plugin install ./build/memory --name memory --force
+  ctxhost plugin disable memory
+  ctxhost plugin grant memory
+  ctxhost plugin remove memory --purge")]
+pub struct PluginArgs {
+    #[command(subcommand)]
+    command: PluginCommand,
+}
 
-pub fn exec(_args: PluginArgs, _home: &Home) -> CliResult {
-    Err("`ctxhost plugin` is not built yet".into())
+#[derive(Debug, Subcommand)]
+enum PluginCommand {
+    List(ListArgs),
+    Install(InstallArgs),
+    Remove(RemoveArgs),
+    /// Turn a disabled plugin back on (kept in <home>/plugins-state.toml)
+    #[command(after_help = "Examples:\n  ctxhost plugin enable memory")]
+    Enable(NameArg),
+    /// Turn a plugin off: it stays installed but is left out of the stack
+    #[command(after_help = "Examples:\n  ctxhost plugin disable memory\n  ctxhost plugin list    # ENABLED shows `no`")]
+    Disable(NameArg),
+    /// Record what the plugin's manifest asks for now as its grant
+    ///
+    /// The grant (allow_network, allow_filesystem, readable_paths,
+    /// writable_paths in <home>/grants.toml) is what a plugin runs with: a
+    /// manifest asking for more gets a warning and no more. Prints what changed.
+    #[command(after_help = "Examples:\n  ctxhost plugin grant memory")]
+    Grant(NameArg),
+}
+
+/// List every plugin of the plugins dir: version, runtime, hooks, enabled, load error.
+///
+/// Each plugin is loaded as a call would load it, so a load error shown here
+/// is the one a call would get.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  ctxhost plugin list
+  ctxhost plugin list --json | jq '.[] | select(.error)'")]
+struct ListArgs {
+    /// Print `[{\"name\",\"version\",\"runtime\",\"hooks\":[…],\"enabled\",\"error\"?}]` (the shape of GET /api/plugins)
+    #[arg(long)]
+    json: bool,
+}
+
+/// Install a plugin directory into the plugins dir.
+///
+/// Checks the copy first: the manifest loads, every `[[requires]]` binary is
+/// on PATH, every `[integrity]` hash matches. A python plugin with a
+/// requirements.txt gets its own virtual environment (<home>/venvs/<name>,
+/// built with pip and the machine's index settings) that its hooks run in.
+/// Records the privileges the manifest asks for as the plugin's grant. The
+/// plugin is put in place with one rename; nothing changes when a check fails.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  ctxhost plugin install ./my-plugin
+  ctxhost plugin install ./my-plugin --force          # replace the installed version
+  PIP_INDEX_URL=https://pypi.example/simple ctxhost plugin install ./py-plugin")]
+struct InstallArgs {
+    /// The plugin directory (holding plugin.toml)
+    path: PathBuf,
+    /// Replace an installed plugin of the same name
+    #[arg(long)]
+    force: bool,
+    /// Install under this name [default: the directory's name]
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+}
+
+/// Remove an installed plugin: its directory, virtual environment and grant.
+///
+/// Its data dir (<home>/data/<name>) is kept unless --purge.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  ctxhost plugin remove memory
+  ctxhost plugin remove memory --purge    # its data dir too")]
+struct RemoveArgs {
+    /// The plugin's name
+    name: String,
+    /// Also delete the plugin's data dir
+    #[arg(long)]
+    purge: bool,
+}
+
+/// One installed plugin.
+#[derive(Debug, Args)]
+struct NameArg {
+    /// The plugin's name
+    name: String,
+}
+
+pub fn exec(args: PluginArgs, home: &Home) -> CliResult {
+    let mut out = std::io::stdout().lock();
+    match args.command {
+        PluginCommand::List(a) => list(a, home, &mut out)?,
+        PluginCommand::Install(a) => install(a, home, &mut out)?,
+        PluginCommand::Remove(a) => remove(a, home, &mut out)?,
+        PluginCommand::Enable(a) => enable(&a.name, true, home, &mut out)?,
+        PluginCommand::Disable(a) => enable(&a.name, false, home, &mut out)?,
+        PluginCommand::Grant(a) => grant(&a.name, home, &mut out)?,
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+type Outcome = Result<(), Box<dyn std::error::Error>>;
+
+fn load_config(home: &Home) -> Result<HostConfig, Box<dyn std::error::Error>> {
+    let (config, warnings) = HostConfig::load(home.config_file())?;
+    show_warnings(&warnings);
+    Ok(config)
+}
+
+fn list(args: ListArgs, home: &Home, out: &mut impl Write) -> Outcome {
+    let config = load_config(home)?;
+    let plugins = registry::survey(home, &config);
+    if args.json {
+        let infos: Vec<&PluginInfo> = plugins.iter().map(|(info, _)| info).collect();
+        serde_json::to_writer(&mut *out, &infos)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    if plugins.is_empty() {
+        writeln!(out, "no plugins in `{}`", home.plugins_dir().display())?;
+        return Ok(());
+    }
+    let width = plugins.iter().map(|(p, _)| p.name.len()).max().unwrap_or(4).max(4);
+    writeln!(out, "{:<width$}  {:<10} {:<8} {:<8} HOOKS", "NAME", "VERSION", "RUNTIME", "ENABLED")?;
+    for (p, warnings) in &plugins {
+        let enabled = if p.enabled { "yes" } else { "no" };
+        let hooks = match &p.error {
+            Some(e) => format!("error: {e}"),
+            None if p.hooks.is_empty() => "(none)".to_owned(),
+            None => p.hooks.join(", "),
+        };
+        writeln!(out, "{:<width$}  {:<10} {:<8} {:<8} {hooks}", p.name, p.version, p.runtime, enabled)?;
+        for w in warnings {
+            writeln!(out, "{:<width$}  warning: {w}", "")?;
+        }
+    }
+    Ok(())
+}
+
+fn install(args: InstallArgs, home: &Home, out: &mut impl Write) -> Outcome {
+    let config = load_config(home)?;
+    let cx = LoadContext { home, config: &config, host_env: &LoadContext::process_env };
+    let opts = install::InstallOptions { source: &args.path, name: args.name.as_deref(), force: args.force };
+    let done = install::install(&opts, &cx)?;
+    show_warnings(&done.warnings);
+    writeln!(out, "Installed {} {} ({}) in `{}`", done.name, done.version, done.runtime, done.dir.display())?;
+    match done.replaced.as_deref() {
+        Some("") => writeln!(out, "  replaced the previous version")?,
+        Some(old) => writeln!(out, "  replaced version {old}")?,
+        None => {}
+    }
+    let hooks = if done.hooks.is_empty() { "(none)".to_owned() } else { done.hooks.join(", ") };
+    writeln!(out, "  hooks: {hooks}")?;
+    if let Some((venv, summary)) = &done.venv {
+        writeln!(out, "  virtual environment: `{}`", venv.display())?;
+        if let Some(summary) = summary {
+            writeln!(out, "  pip: {summary}")?;
+        }
+    }
+    if let Some(old) = &done.removed_venv {
+        writeln!(out, "  removed the old virtual environment `{}` (no requirements now)", old.display())?;
+    }
+    writeln!(out, "  grant: {}", done.grant.summary())?;
+    if let Some(before) = &done.grant_before {
+        for change in done.grant.changes_from(before) {
+            writeln!(out, "    {change}")?;
+        }
+    }
+    if !done.enabled {
+        writeln!(out, "  disabled (turn it on with `ctxhost plugin enable {}`)", done.name)?;
+    }
+    Ok(())
+}
+
+fn remove(args: RemoveArgs, home: &Home, out: &mut impl Write) -> Outcome {
+    let done = install::remove(home, &args.name, args.purge)?;
+    writeln!(out, "Removed plugin {}", args.name)?;
+    writeln!(out, "  removed `{}`", done.dir.display())?;
+    if let Some(venv) = &done.venv {
+        writeln!(out, "  removed its virtual environment `{}`", venv.display())?;
+    }
+    if done.grant {
+        writeln!(out, "  removed its grant from `{}`", home.grants_file().display())?;
+    }
+    match &done.data {
+        Some((dir, true)) => writeln!(out, "  removed its data dir `{}`", dir.display())?,
+        Some((dir, false)) => writeln!(out, "  kept its data dir `{}` (--purge removes it)", dir.display())?,
+        None => {}
+    }
+    Ok(())
+}
+
+fn enable(name: &str, on: bool, home: &Home, out: &mut impl Write) -> Outcome {
+    registry::plugin_dir(home, name)?;
+    let changed = state::set_enabled(home, name, on)?;
+    let word = if on { "enabled" } else { "disabled" };
+    if !changed {
+        writeln!(out, "{name} is already {word}")?;
+    } else if on {
+        writeln!(out, "Enabled {name}")?;
+    } else {
+        writeln!(out, "Disabled {name} (it stays installed; `ctxhost plugin enable {name}` turns it back on)")?;
+    }
+    Ok(())
+}
+
+fn grant(name: &str, home: &Home, out: &mut impl Write) -> Outcome {
+    let dir = registry::plugin_dir(home, name)?;
+    let lookup = |v: &str| std::env::var(v).ok();
+    let loaded = crate::manifest::Manifest::load_with_env(&dir, &lookup)?;
+    let requested = grants::Grant::requested(&loaded.manifest.settings);
+    let before = grants::set(home, name, requested.clone())?;
+    let changes = before.as_ref().map(|b| requested.changes_from(b)).unwrap_or_default();
+    match &before {
+        Some(_) if changes.is_empty() => {
+            writeln!(out, "The grant of {name} is unchanged: {}", requested.summary())?;
+        }
+        Some(_) => {
+            writeln!(out, "Updated the grant of {name} in `{}`:", home.grants_file().display())?;
+            for change in &changes {
+                writeln!(out, "  {change}")?;
+            }
+        }
+        None => {
+            writeln!(
+                out,
+                "Recorded the grant of {name} in `{}`: {}",
+                home.grants_file().display(),
+                requested.summary()
+            )?;
+        }
+    }
+    Ok(())
 }

@@ -1,6 +1,27 @@
-//! The operator's records about installed plugins (in progress).
+//! The operator's records about installed plugins: what is in the plugins
+//! dir ([`list_plugins`]), which plugins are turned off ([`state`]), the
+//! privileges each was granted ([`grants`]), python plugins' virtual
+//! environments ([`venv`]), and installing and removing plugins
+//! ([`install`]).
+//!
+//! Everything here is read from disk on every call — a plugin installed a
+//! second ago is listed — and every record file is replaced atomically. This
+//! module never runs a hook; listing loads plugins exactly as a call would.
 
+pub mod grants;
+pub mod install;
+pub mod state;
+mod store;
+pub mod venv;
+
+use std::path::{Path, PathBuf};
+
+use crate::config::HostConfig;
 use crate::home::Home;
+use crate::manifest::{MANIFEST_FILE, ManifestError, Runtime};
+use crate::plugin::{LoadContext, load_plugin};
+
+pub use store::StoreError;
 
 /// One plugin of the plugins dir as `ctxhost plugin list` and `GET /api/plugins` show it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -14,12 +35,177 @@ pub struct PluginInfo {
     pub error: Option<String>,
 }
 
-/// Whether the operator left `name` enabled (`ctxhost plugin disable` turns it off).
-pub fn is_enabled(_home: &Home, _name: &str) -> bool {
-    true
+/// A plugin-management operation that failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    #[error("no plugin `{name}` in `{}`{hint}", dir.display())]
+    UnknownPlugin { name: String, dir: PathBuf, hint: String },
+    #[error("{0}")]
+    InvalidName(String),
+    #[error("`{}` is not a plugin directory: it has no {MANIFEST_FILE}", .0.display())]
+    NotAPlugin(PathBuf),
+    #[error("plugin `{name}` is already installed at `{}`\n  hint: pass --force to replace it", dir.display())]
+    Exists { name: String, dir: PathBuf },
+    #[error("cannot install `{}`: it holds the plugins dir `{}`", source_dir.display(), plugins_dir.display())]
+    HoldsPluginsDir { source_dir: PathBuf, plugins_dir: PathBuf },
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error("plugin `{name}` needs {} not found on PATH{}", list_binaries(missing), binary_hints(missing))]
+    MissingBinaries { name: String, missing: Vec<crate::manifest::Requirement> },
+    #[error("plugin `{name}` has `{requirements}` but no python to build its virtual environment with: {reason}")]
+    NoPython { name: String, requirements: String, reason: String },
+    #[error("failed to build the virtual environment of plugin `{name}`: {source}")]
+    Venv {
+        name: String,
+        #[source]
+        source: venv::VenvError,
+    },
+    /// The plugin does not load; `reason` names the source's files.
+    #[error("plugin `{name}` does not load: {reason}")]
+    Load { name: String, reason: String },
+    #[error("failed to {action} `{}`: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
-/// Every plugin directory of the plugins dir, read now (in progress).
-pub fn list_plugins(_home: &Home, _config: &crate::config::HostConfig) -> Vec<PluginInfo> {
-    Vec::new()
+fn list_binaries(missing: &[crate::manifest::Requirement]) -> String {
+    let names: Vec<String> = missing.iter().map(|r| format!("`{}`", r.binary)).collect();
+    format!("{} {}", if names.len() == 1 { "a binary" } else { "binaries" }, names.join(", "))
+}
+
+fn binary_hints(missing: &[crate::manifest::Requirement]) -> String {
+    missing
+        .iter()
+        .map(|r| match &r.install_hint {
+            Some(hint) => format!("\n  hint: {}: {hint}", r.binary),
+            None => format!("\n  hint: install `{}` and make sure it is on PATH", r.binary),
+        })
+        .collect()
+}
+
+impl RegistryError {
+    pub(crate) fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> RegistryError {
+        let path = path.to_owned();
+        move |source| RegistryError::Io { action, path, source }
+    }
+}
+
+/// Whether the operator left `name` enabled (`ctxhost plugin disable` turns it off).
+/// An unreadable state file leaves every plugin enabled (with a warning).
+pub fn is_enabled(home: &Home, name: &str) -> bool {
+    match state::disabled(home) {
+        Ok(disabled) => !disabled.contains(name),
+        Err(e) => {
+            tracing::warn!("{e}; plugin '{name}' is taken as enabled");
+            true
+        }
+    }
+}
+
+/// Every plugin directory of the plugins dir, read now.
+pub fn list_plugins(home: &Home, config: &HostConfig) -> Vec<PluginInfo> {
+    survey(home, config).into_iter().map(|(info, _)| info).collect()
+}
+
+/// Every plugin directory of the plugins dir, loaded now as a call would load
+/// it (a component is compiled — from the cache — and asked to `describe`
+/// its hooks), with its load warnings.
+pub fn survey(home: &Home, config: &HostConfig) -> Vec<(PluginInfo, Vec<String>)> {
+    let disabled = state::disabled(home).unwrap_or_else(|e| {
+        tracing::warn!("{e}; every plugin is listed as enabled");
+        Default::default()
+    });
+    let cx = LoadContext { home, config, host_env: &LoadContext::process_env };
+    installed(home)
+        .into_iter()
+        .map(|name| {
+            let dir = home.plugins_dir().join(&name);
+            let enabled = !disabled.contains(&name);
+            describe(&name, &dir, enabled, &cx)
+        })
+        .collect()
+}
+
+fn describe(name: &str, dir: &Path, enabled: bool, cx: &LoadContext<'_>) -> (PluginInfo, Vec<String>) {
+    let (version, runtime) = raw_facts(dir);
+    let broken = |error: String| PluginInfo {
+        name: name.to_owned(),
+        version: version.clone(),
+        runtime: runtime.clone(),
+        hooks: Vec::new(),
+        enabled,
+        error: Some(error),
+    };
+    if !dir.join(MANIFEST_FILE).is_file() {
+        return (broken(format!("`{}` has no {MANIFEST_FILE}", dir.display())), Vec::new());
+    }
+    match load_plugin(dir, cx) {
+        Ok(p) => {
+            let info = PluginInfo {
+                name: p.name,
+                version,
+                runtime: p.settings.runtime.label(),
+                hooks: p.hooks.iter().map(|h| h.as_str().to_owned()).collect(),
+                enabled,
+                error: None,
+            };
+            (info, p.warnings)
+        }
+        Err(e) => (broken(e.to_string()), Vec::new()),
+    }
+}
+
+/// `version` and the runtime label as far as plugin.toml can be read at all
+/// (for a plugin that fails to load): `""` and `"unknown"` when it cannot.
+pub(crate) fn raw_facts(dir: &Path) -> (String, String) {
+    let Some(table) =
+        std::fs::read_to_string(dir.join(MANIFEST_FILE)).ok().and_then(|t| toml::from_str::<toml::Table>(&t).ok())
+    else {
+        return (String::new(), "unknown".to_owned());
+    };
+    let version = table.get("version").and_then(|v| v.as_str()).unwrap_or_default().to_owned();
+    let tag = table
+        .get("hooks")
+        .and_then(|h| h.get("runtime"))
+        .or_else(|| table.get("runtime"))
+        .and_then(|v| v.as_str())
+        .unwrap_or("python");
+    (version, Runtime::from_tag(tag).0.label())
+}
+
+/// Names of the entries of the plugins dir that are directories (links
+/// followed), sorted; hidden ones (ctxhost's own staging dirs) are left out.
+pub fn installed(home: &Home) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(home.plugins_dir()) else { return Vec::new() };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The directory of installed plugin `name`, or an error with the nearest
+/// installed name.
+///
+/// # Errors
+/// `name` is not a valid plugin name, or no such plugin is installed.
+pub fn plugin_dir(home: &Home, name: &str) -> Result<PathBuf, RegistryError> {
+    crate::manifest::validate_name(name).map_err(RegistryError::InvalidName)?;
+    let dir = home.plugins_dir().join(name);
+    if std::fs::symlink_metadata(&dir).is_ok() {
+        return Ok(dir);
+    }
+    let names = installed(home);
+    let hint = crate::hint::did_you_mean(name, names.iter().map(String::as_str));
+    Err(RegistryError::UnknownPlugin { name: name.to_owned(), dir: home.plugins_dir().to_owned(), hint })
 }

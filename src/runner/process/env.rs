@@ -4,7 +4,8 @@
 //!
 //! Order: `LIBREFANG_AGENT_ID`, `LIBREFANG_MESSAGE`, `LIBREFANG_RUNTIME`;
 //! `PATH`, `HOME`; the runtime's passthrough variables; the host's
-//! `allowed_env_vars`; the plugin's `[env]`; bootstrap `env_overrides` (never
+//! `allowed_env_vars`; a python plugin's virtual environment (`VIRTUAL_ENV`,
+//! its `bin` first on `PATH`); the plugin's `[env]`; bootstrap `env_overrides` (never
 //! over `[env]`); `LIBREFANG_PLUGIN_CONFIG`; `LIBREFANG_MAX_MEMORY_MB`; with
 //! network denied, the proxy variables and `LIBREFANG_SANDBOX=1`; last the
 //! per-call `TMPDIR`, which the host owns.
@@ -54,6 +55,8 @@ pub struct EnvInputs<'a> {
     pub passthrough: &'a [&'a str],
     pub allowed_env_vars: &'a [String],
     pub config_file: Option<&'a Path>,
+    /// The plugin's virtual environment, when its hooks run in one.
+    pub venv: Option<&'a Path>,
     pub host: &'a dyn Fn(&str) -> Option<OsString>,
 }
 
@@ -70,6 +73,17 @@ impl EnvPlan {
         from_host("HOME");
         i.passthrough.iter().for_each(|n| from_host(n));
         i.allowed_env_vars.iter().filter(|n| valid_env_name(n)).for_each(|n| from_host(n));
+        if let Some(venv) = i.venv {
+            // What `activate` does: the environment's bin first on PATH.
+            let bin = venv.join("bin");
+            let path = match (i.host)("PATH") {
+                Some(host) => std::env::join_paths(std::iter::once(bin.clone()).chain(std::env::split_paths(&host)))
+                    .unwrap_or_else(|_| bin.clone().into_os_string()),
+                None => bin.into_os_string(),
+            };
+            base.push(("VIRTUAL_ENV".into(), venv.into()));
+            base.push(("PATH".into(), path));
+        }
         base.extend(i.manifest.env.iter().map(|(k, v)| (k.into(), v.into())));
 
         let mut tail = Pairs::new();
@@ -177,6 +191,7 @@ mod tests {
             passthrough: &["PYTHONPATH"],
             allowed_env_vars: &allowed,
             config_file: Some(Path::new("/cfg.json")),
+            venv: None,
             host: &host,
         });
         (dir, plan)

@@ -1,0 +1,260 @@
+//! Grants (spec section 6): the privileges the operator let each plugin have,
+//! recorded in `<home>/grants.toml` and never read from the plugin's own files.
+//!
+//! A grant holds `allow_network`, `allow_filesystem`, `readable_paths` and
+//! `writable_paths`. It is recorded the first time a plugin loads, by
+//! `ctxhost plugin install` and by `ctxhost plugin grant`. A manifest that
+//! later asks for more (a hook rewriting its own plugin.toml) gets no more:
+//! [`enforce`] narrows the loaded settings to the grant and warns.
+//!
+//! The rule callers rely on: after loading, those four fields of
+//! [`ExecSettings`] are the **effective** privileges — what the manifest asks
+//! for, within the grant. The environment plan reads them today; the sandbox
+//! must read them and nothing else.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::store::{self, StoreError};
+use crate::home::Home;
+use crate::manifest::ExecSettings;
+
+const HEADER: &str = "# Privileges granted to each plugin (spec section 6), written by ctxhost.\n\
+# A plugin runs with at most these, whatever its plugin.toml asks for.\n\
+# `ctxhost plugin grant <name>` records what a plugin's manifest asks for now.\n\n";
+
+/// The privileges of one plugin.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    #[serde(default)]
+    pub allow_network: bool,
+    #[serde(default)]
+    pub allow_filesystem: bool,
+    #[serde(default)]
+    pub readable_paths: Vec<PathBuf>,
+    #[serde(default)]
+    pub writable_paths: Vec<PathBuf>,
+}
+
+/// The whole `grants.toml`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct GrantsFile {
+    #[serde(default)]
+    plugins: BTreeMap<String, Grant>,
+}
+
+impl Grant {
+    /// What `settings` (as read from a manifest) ask for.
+    pub fn requested(settings: &ExecSettings) -> Grant {
+        Grant {
+            allow_network: settings.allow_network,
+            allow_filesystem: settings.allow_filesystem,
+            readable_paths: settings.readable_paths.clone(),
+            writable_paths: settings.writable_paths.clone(),
+        }
+    }
+
+    /// The keys where `requested` asks for more than `self` grants.
+    pub fn exceeded_by(&self, requested: &Grant) -> Vec<&'static str> {
+        let mut keys = Vec::new();
+        if requested.allow_network && !self.allow_network {
+            keys.push("allow_network");
+        }
+        if requested.allow_filesystem && !self.allow_filesystem {
+            keys.push("allow_filesystem");
+        }
+        if requested.readable_paths.iter().any(|p| !self.readable_paths.contains(p)) {
+            keys.push("readable_paths");
+        }
+        if requested.writable_paths.iter().any(|p| !self.writable_paths.contains(p)) {
+            keys.push("writable_paths");
+        }
+        keys
+    }
+
+    /// Narrows `settings` to what they ask for within this grant.
+    pub fn narrow(&self, settings: &mut ExecSettings) {
+        settings.allow_network &= self.allow_network;
+        settings.allow_filesystem &= self.allow_filesystem;
+        settings.readable_paths.retain(|p| self.readable_paths.contains(p));
+        settings.writable_paths.retain(|p| self.writable_paths.contains(p));
+    }
+
+    /// One line per key that differs from `before`, as `key: old -> new`.
+    pub fn changes_from(&self, before: &Grant) -> Vec<String> {
+        let mut lines = Vec::new();
+        let mut flag = |key: &str, old: bool, new: bool| {
+            if old != new {
+                lines.push(format!("{key}: {old} -> {new}"));
+            }
+        };
+        flag("allow_network", before.allow_network, self.allow_network);
+        flag("allow_filesystem", before.allow_filesystem, self.allow_filesystem);
+        for (key, old, new) in [
+            ("readable_paths", &before.readable_paths, &self.readable_paths),
+            ("writable_paths", &before.writable_paths, &self.writable_paths),
+        ] {
+            if old != new {
+                lines.push(format!("{key}: {} -> {}", show_paths(old), show_paths(new)));
+            }
+        }
+        lines
+    }
+
+    /// A one-line summary: `network denied, filesystem confined, reads /a, writes /b`.
+    pub fn summary(&self) -> String {
+        let mut parts = vec![
+            if self.allow_network { "network allowed" } else { "network denied" }.to_owned(),
+            if self.allow_filesystem { "filesystem allowed" } else { "filesystem confined" }.to_owned(),
+        ];
+        if !self.readable_paths.is_empty() {
+            parts.push(format!("reads {}", show_paths(&self.readable_paths)));
+        }
+        if !self.writable_paths.is_empty() {
+            parts.push(format!("writes {}", show_paths(&self.writable_paths)));
+        }
+        parts.join(", ")
+    }
+}
+
+fn show_paths(paths: &[PathBuf]) -> String {
+    let quoted: Vec<String> = paths.iter().map(|p| format!("{:?}", p.display().to_string())).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+/// The recorded grant of `name`, if any.
+///
+/// # Errors
+/// `grants.toml` exists but cannot be read.
+pub fn get(home: &Home, name: &str) -> Result<Option<Grant>, StoreError> {
+    Ok(store::read::<GrantsFile>(&home.grants_file())?.plugins.remove(name))
+}
+
+/// Records `grant` for `name`, replacing any earlier one; returns the earlier one.
+///
+/// # Errors
+/// `grants.toml` cannot be read, locked or written.
+pub fn set(home: &Home, name: &str, grant: Grant) -> Result<Option<Grant>, StoreError> {
+    store::update(&home.grants_file(), HEADER, |file: &mut GrantsFile| {
+        let before = file.plugins.insert(name.to_owned(), grant.clone());
+        (before.as_ref() != Some(&grant), before)
+    })
+}
+
+/// Forgets the grant of `name`; returns whether there was one.
+///
+/// # Errors
+/// `grants.toml` cannot be read, locked or written.
+pub fn remove(home: &Home, name: &str) -> Result<bool, StoreError> {
+    store::update(&home.grants_file(), HEADER, |file: &mut GrantsFile| {
+        let had = file.plugins.remove(name).is_some();
+        (had, had)
+    })
+}
+
+/// Records `grant` for `name` unless a grant is already recorded (another
+/// process may have recorded one since the caller looked); returns the grant
+/// in force.
+fn record_first(path: &Path, name: &str, grant: &Grant) -> Result<Grant, StoreError> {
+    store::update(path, HEADER, |file: &mut GrantsFile| match file.plugins.get(name) {
+        Some(existing) => (false, existing.clone()),
+        None => {
+            file.plugins.insert(name.to_owned(), grant.clone());
+            (true, grant.clone())
+        }
+    })
+}
+
+/// Makes `settings` (just read from plugin `name`'s manifest) effective: the
+/// first load records what they ask for; a later load narrows them to the
+/// recorded grant. Returns the warnings to show.
+///
+/// Failing closed: when `grants.toml` exists but cannot be read, the plugin
+/// gets no privileges at all (and a warning naming the file). When the first
+/// record cannot be written, the plugin runs with what it asks for, as it
+/// would have been recorded, and a warning says so.
+pub fn enforce(home: &Home, name: &str, settings: &mut ExecSettings) -> Vec<String> {
+    let requested = Grant::requested(settings);
+    let path = home.grants_file();
+    let recorded = match get(home, name) {
+        Ok(Some(grant)) => grant,
+        Ok(None) => match record_first(&path, name, &requested) {
+            Ok(grant) => grant,
+            Err(e) => return vec![format!("could not record the grant of plugin '{name}': {e}")],
+        },
+        Err(e) => {
+            Grant::default().narrow(settings);
+            return vec![format!("{e}; plugin '{name}' runs with no privileges (network denied, filesystem confined)")];
+        }
+    };
+    let exceeded = recorded.exceeded_by(&requested);
+    recorded.narrow(settings);
+    if exceeded.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "plugin '{name}' asks for more than it was granted ({}); it runs with the grant recorded in `{}`. \
+         If the change is yours, record it with `ctxhost plugin grant {name}`",
+        exceeded.join(", "),
+        path.display()
+    )]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(network: bool, readable: &[&str]) -> ExecSettings {
+        ExecSettings {
+            allow_network: network,
+            readable_paths: readable.iter().map(PathBuf::from).collect(),
+            ..ExecSettings::default()
+        }
+    }
+
+    #[test]
+    fn first_load_records_later_loads_are_narrowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::at(dir.path());
+        let mut first = settings(false, &["/a"]);
+        assert!(enforce(&home, "p", &mut first).is_empty());
+        assert_eq!(get(&home, "p").unwrap(), Some(Grant::requested(&first)));
+
+        let mut wider = settings(true, &["/a", "/b"]);
+        let warnings = enforce(&home, "p", &mut wider);
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains("(allow_network, readable_paths)"), "{warnings:?}");
+        assert!(warnings[0].ends_with("`ctxhost plugin grant p`"), "{warnings:?}");
+        assert!(!wider.allow_network);
+        assert_eq!(wider.readable_paths, [PathBuf::from("/a")]);
+
+        // Asking for less is kept as asked.
+        let mut narrower = settings(false, &[]);
+        assert!(enforce(&home, "p", &mut narrower).is_empty());
+        assert!(narrower.readable_paths.is_empty());
+
+        let before = set(&home, "p", Grant::requested(&settings(true, &["/a", "/b"]))).unwrap().unwrap();
+        let mut again = settings(true, &["/a", "/b"]);
+        assert!(enforce(&home, "p", &mut again).is_empty());
+        assert!(again.allow_network);
+        let now = get(&home, "p").unwrap().unwrap();
+        assert_eq!(
+            now.changes_from(&before),
+            ["allow_network: false -> true", r#"readable_paths: ["/a"] -> ["/a", "/b"]"#]
+        );
+    }
+
+    #[test]
+    fn an_unreadable_grants_file_denies_everything() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::at(dir.path());
+        std::fs::write(home.grants_file(), "plugins = 3 [").unwrap();
+        let mut s = settings(true, &["/a"]);
+        let warnings = enforce(&home, "p", &mut s);
+        assert!(warnings[0].contains("runs with no privileges"), "{warnings:?}");
+        assert!(!s.allow_network && s.readable_paths.is_empty());
+        assert_eq!(std::fs::read_to_string(home.grants_file()).unwrap(), "plugins = 3 [");
+    }
+}
