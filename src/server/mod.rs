@@ -165,6 +165,7 @@ impl Server {
 
 fn router(state: Arc<AppState>) -> Router {
     let mutating = Router::new()
+        .route("/api/plugins/scaffold", post(plugins::scaffold))
         .route("/api/plugins/{name}/reload", post(plugins::reload))
         .route("/api/plugins/{name}/test-hook", post(plugins::test_hook))
         .route("/api/agents/{agent_id}/{hook}", post(agents::call))

@@ -34,6 +34,54 @@ pub(crate) async fn doctor(State(state): State<Arc<AppState>>) -> JsonReply {
     }
 }
 
+/// `POST /api/plugins/scaffold` `{"name","description"?,"runtime"?}` →
+/// 201 `{"scaffolded":true,"name","path"}`, 409 when it exists, 400 otherwise.
+pub(crate) async fn scaffold(State(state): State<Arc<AppState>>, bytes: Bytes) -> JsonReply {
+    let request = match body::object(&bytes) {
+        Ok(b) => b,
+        Err(reply) => return reply,
+    };
+    let fields = (|| {
+        let name = body::optional_str(&request, "name")?
+            .ok_or_else(|| JsonReply::bad_request("`name` is required"))?
+            .to_owned();
+        let description = body::optional_str(&request, "description")?.map(str::to_owned);
+        let runtime = body::optional_str(&request, "runtime")?.map(str::to_owned);
+        Ok::<_, JsonReply>((name, description, runtime))
+    })();
+    let (name, description, runtime) = match fields {
+        Ok(f) => f,
+        Err(reply) => return reply,
+    };
+    let plugins_dir = state.home.plugins_dir().to_owned();
+    let job_name = name.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        crate::scaffold::scaffold(
+            &plugins_dir,
+            &crate::scaffold::ScaffoldRequest {
+                name: &job_name,
+                description: description.as_deref(),
+                runtime: runtime.as_deref(),
+            },
+        )
+    })
+    .await;
+    match result {
+        Ok(Ok(path)) => JsonReply::with_status(
+            StatusCode::CREATED,
+            json!({"scaffolded": true, "name": name, "path": path.to_string_lossy()}),
+        ),
+        Ok(Err(e @ crate::scaffold::ScaffoldError::AlreadyExists(_))) => {
+            JsonReply::error(StatusCode::CONFLICT, e.to_string())
+        }
+        Ok(Err(e @ crate::scaffold::ScaffoldError::Io { .. })) => {
+            JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        }
+        Ok(Err(e)) => JsonReply::bad_request(e.to_string()),
+        Err(e) => JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, format!("scaffolding failed: {e}")),
+    }
+}
+
 /// `POST /api/plugins/{name}/reload`: 200 with the new version's facts, 400
 /// on a bad plugin (the old version keeps running), 404 when there is none.
 pub(crate) async fn reload(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> JsonReply {
