@@ -133,7 +133,7 @@ pub fn build(
     let mut built = Built { real: Some(real.clone()), pip_summary: None };
 
     let mut venv = Command::new(base_python);
-    venv.arg("-m").arg("venv").arg(&real).current_dir(plugin_dir);
+    venv.arg("-m").arg("venv").arg(&real).current_dir(plugin_dir).env_remove("PYTHONHOME").env_remove("PYTHONPATH");
     run(&mut venv, VENV_TIMEOUT, |output| {
         (output.contains("ensurepip") || output.contains("No module named venv")).then(|| {
             "this python has no working `venv` module; on Debian/Ubuntu: `apt-get install python3-venv`".to_owned()
