@@ -16,6 +16,11 @@ need() { # need <package> <command>...
     missing+=("$pkg")
 }
 need python3 python3
+# Python plugins get their own venv (`ctxhost plugin install`): Debian's python3
+# needs python3-venv for `python3 -m venv` (ensurepip).
+if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    missing+=(python3-venv)
+fi
 need nodejs node
 need golang-go go
 need ruby ruby

@@ -68,8 +68,13 @@ pub fn report(cx: &LoadContext<'_>) -> DoctorReport {
 /// Directories under `plugins_dir` that hold a plugin.toml, sorted by name.
 pub fn plugin_dirs(plugins_dir: &Path) -> Vec<std::path::PathBuf> {
     let Ok(entries) = std::fs::read_dir(plugins_dir) else { return Vec::new() };
-    let mut dirs: Vec<_> =
-        entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.join(MANIFEST_FILE).is_file()).collect();
+    let mut dirs: Vec<_> = entries
+        .filter_map(Result::ok)
+        // Dot-named entries are staging dirs of `ctxhost new` / `plugin install`.
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| e.path())
+        .filter(|p| p.join(MANIFEST_FILE).is_file())
+        .collect();
     dirs.sort();
     dirs
 }

@@ -17,10 +17,13 @@ pub(crate) async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResp
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text)
 }
 
+/// A counter family: name, help text, and its value for one plugin's hook.
+type Counter = (&'static str, &'static str, fn(&HookHistogram) -> u64);
+
 /// The exposition text for `hooks` and the active layers.
 pub(crate) fn render(hooks: &[HookHistogram], layers: &[String]) -> String {
     let mut out = String::new();
-    let counters: [(&str, &str, fn(&HookHistogram) -> u64); 4] = [
+    let counters: [Counter; 4] = [
         ("ctxhost_hook_calls_total", "Hook calls per plugin and hook.", |h| h.calls),
         ("ctxhost_hook_successes_total", "Hook calls that answered.", |h| h.successes),
         ("ctxhost_hook_failures_total", "Hook calls that failed (fallbacks included).", |h| h.failures),
