@@ -52,6 +52,19 @@ impl Site {
         write(&self.plugin_dir(name).join("hooks/after_turn.sh"), "cat > /dev/null\necho '{\"type\":\"ok\"}'\n");
     }
 
+    /// Gives the echo plugin `name` a new VERSION by replacing its manifest
+    /// atomically (as a deployment would): calls running meanwhile never see
+    /// a half-written file.
+    fn set_version(&self, name: &str, version: &str) {
+        let manifest = self.plugin_dir(name).join("plugin.toml");
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        let start = text.find("VERSION = \"").unwrap() + "VERSION = \"".len();
+        let end = start + text[start..].find('"').unwrap();
+        let tmp = self.plugin_dir(name).join(".plugin.toml.tmp");
+        std::fs::write(&tmp, format!("{}{version}{}", &text[..start], &text[end..])).unwrap();
+        std::fs::rename(&tmp, &manifest).unwrap();
+    }
+
     fn start(&self, args: &[&str]) -> Daemon {
         Daemon::start(&self.home(), args, &[])
     }
@@ -363,19 +376,24 @@ fn reload_swaps_the_plugin_and_a_bad_manifest_keeps_the_old_one() {
 /// old or the new version), none fails.
 #[test]
 fn reload_during_a_stream_of_calls_loses_nothing() {
+    use std::sync::atomic::AtomicUsize;
     let site = Site::new();
     site.echo_plugin("alpha", "v1");
     site.echo_plugin("beta", "v1");
     site.config("[context_engine]\nplugin_stack = [\"alpha\", \"beta\"]\n");
     let d = Arc::new(site.start(&[]));
     let stop = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicUsize::new(0));
     let workers: Vec<_> = (0..4)
         .map(|w| {
-            let (d, stop) = (d.clone(), stop.clone());
+            let (d, stop, calls) = (d.clone(), stop.clone(), calls.clone());
             std::thread::spawn(move || {
                 let mut seen = Vec::new();
                 let mut n = 0;
-                while !stop.load(Ordering::Relaxed) || n < 5 {
+                // One more call after `stop`, so every worker sees the last version.
+                let mut last = false;
+                while !last {
+                    last = stop.load(Ordering::SeqCst);
                     let r =
                         d.post(&format!("/api/agents/w{w}/ingest"), &json!({"message": format!("m{n}")}).to_string());
                     assert_eq!(r.status, 200, "call {n} of worker {w} failed: {}", r.body);
@@ -383,27 +401,39 @@ fn reload_during_a_stream_of_calls_loses_nothing() {
                     assert_eq!(got.len(), 2, "both layers answered call {n}: {got:?}");
                     seen.extend(got);
                     n += 1;
+                    calls.fetch_add(1, Ordering::SeqCst);
                 }
                 seen
             })
         })
         .collect();
+    // Calls keep flowing through every reload: wait for some between each.
+    let wait_for_calls = |more: usize| {
+        let target = calls.load(Ordering::SeqCst) + more;
+        while calls.load(Ordering::SeqCst) < target {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    };
+    wait_for_calls(8);
     for round in 2..=5 {
-        site.echo_plugin("alpha", &format!("v{round}"));
+        site.set_version("alpha", &format!("v{round}"));
         let r = d.post("/api/plugins/alpha/reload", "");
         assert_eq!(r.status, 200, "{}", r.body);
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        wait_for_calls(8);
     }
-    stop.store(true, Ordering::Relaxed);
+    stop.store(true, Ordering::SeqCst);
     let mut versions = std::collections::BTreeSet::new();
     for w in workers {
         for memory in w.join().expect("a worker saw a failed call") {
             versions.insert(memory.split(':').next().unwrap().to_owned());
         }
     }
-    assert!(versions.contains("alpha v5") && versions.contains("beta v1"), "{versions:?}");
+    for v in ["alpha v1", "alpha v5", "beta v1"] {
+        assert!(versions.contains(v), "{v} answered some call: {versions:?}");
+    }
     let metrics = d.get("/api/context-engine/metrics").json();
     assert_eq!(metrics["ingest"]["failures"], 0, "{metrics}");
+    assert!(metrics["ingest"]["calls"].as_u64().unwrap() >= 2 * 40, "{metrics}");
 }
 
 #[test]
