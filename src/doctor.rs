@@ -159,9 +159,7 @@ fn check_plugin(dir: &Path, cx: &LoadContext<'_>) -> PluginStatus {
     let runtime_available = !matches!(plugin.launcher, Launcher::Missing { .. });
     // Every hook must turn into a command line (a native script must be
     // executable or have a `#!` line, the launcher must exist).
-    let hook_error = m.hooks.iter().find_map(|(hook, script)| {
-        plugin.launcher.command_for(&script.path).err().map(|e| format!("hook `{hook}`: {e}"))
-    });
+    let hook_error = crate::runner::Runner::ready(&runner).err();
     let path = (cx.host_env)("PATH");
     let mut install_hint = info.install_hint.to_owned();
     let mut missing_binaries = Vec::new();

@@ -108,6 +108,41 @@ impl Home {
     }
 }
 
+/// `rename(2)` that fails with `AlreadyExists` instead of replacing `to`
+/// (which plain rename does when `to` is an empty directory): how a staged
+/// plugin directory appears whole, or not at all.
+pub fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
+    match renameat2(from, to, libc::RENAME_NOREPLACE) {
+        // A file system without RENAME_NOREPLACE: check, then rename.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {
+            if to.symlink_metadata().is_ok() {
+                Err(std::io::Error::from_raw_os_error(libc::EEXIST))
+            } else {
+                std::fs::rename(from, to)
+            }
+        }
+        other => other,
+    }
+}
+
+/// Swaps `from` and `to` atomically (`RENAME_EXCHANGE`); both must exist.
+/// A file system without it answers `EINVAL`, which the caller handles.
+pub fn rename_exchange(from: &Path, to: &Path) -> std::io::Result<()> {
+    renameat2(from, to, libc::RENAME_EXCHANGE)
+}
+
+fn renameat2(from: &Path, to: &Path, flags: libc::c_uint) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "path holds a NUL byte"))
+    };
+    let (from, to) = (c(from)?, c(to)?);
+    // SAFETY: both are NUL-terminated paths that live across the call.
+    let rc = unsafe { libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), flags) };
+    if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+}
+
 /// The current user's home directory from the user database.
 fn passwd_home() -> Option<PathBuf> {
     use std::ffi::CStr;

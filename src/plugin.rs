@@ -181,6 +181,8 @@ fn write_config(
 pub struct LoadedPlugin {
     /// The plugin's identity (its directory name).
     pub name: String,
+    /// `version` of its manifest.
+    pub version: String,
     pub runner: std::sync::Arc<dyn crate::runner::Runner>,
     pub settings: crate::manifest::ExecSettings,
     /// The hooks it takes part in: `[hooks]` for scripts, `describe()` for components.
@@ -213,6 +215,7 @@ pub fn load_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, Loa
             let hooks = runner.hooks().clone();
             Ok(LoadedPlugin {
                 name: manifest.name.clone(),
+                version: manifest.version.clone(),
                 runner: std::sync::Arc::new(crate::runner::wasm::component::ComponentHandle(std::sync::Arc::new(
                     runner,
                 ))),
@@ -232,6 +235,7 @@ pub fn load_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, Loa
             )?;
             Ok(LoadedPlugin {
                 name: manifest.name.clone(),
+                version: manifest.version.clone(),
                 settings: manifest.settings.clone(),
                 hooks: runner.hooks().collect(),
                 runner: std::sync::Arc::new(crate::runner::wasm::core_module::CoreModuleHandle(std::sync::Arc::new(
@@ -253,6 +257,7 @@ impl LoadedPlugin {
         let manifest = &runner.plugin().manifest;
         LoadedPlugin {
             name: manifest.name.clone(),
+            version: manifest.version.clone(),
             settings: manifest.settings.clone(),
             hooks: manifest.hooks.keys().copied().collect(),
             runner: std::sync::Arc::new(runner),

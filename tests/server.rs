@@ -366,6 +366,18 @@ fn reload_swaps_the_plugin_and_a_bad_manifest_keeps_the_old_one() {
     assert!(body["error"].as_str().unwrap().contains("plugin.toml"), "names the file: {body}");
     assert_eq!(plugin_memories(&ingest(&d, "a1", "x")), ["alpha v2: x"]);
 
+    // A runtime that is not installed loads (a call would fail): reload refuses it.
+    site.echo_plugin("alpha", "v3");
+    let manifest = site.plugin_dir("alpha").join("plugin.toml");
+    let text = std::fs::read_to_string(&manifest)
+        .unwrap()
+        .replace("runtime = \"bash\"", "runtime = \"/nonexistent/launcher\"");
+    write(&manifest, &text);
+    let r = d.post("/api/plugins/alpha/reload", "");
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.json()["error"].as_str().unwrap().contains("cannot run"), "{}", r.body);
+    assert_eq!(plugin_memories(&ingest(&d, "a1", "x")), ["alpha v2: x"], "the running version stays");
+
     let r = d.post("/api/plugins/ghost/reload", "");
     assert_eq!((r.status, r.json()["error"].as_str()), (404, Some("Plugin 'ghost' not found")));
     let r = d.post("/api/plugins/bad%20name/reload", "");
@@ -502,11 +514,12 @@ fn watch_reloads_on_code_changes_but_not_on_state_files() {
     site.echo_plugin("alpha", "v1");
     site.config("[context_engine]\nplugin = \"alpha\"\n");
     let d = site.start(&["--watch", "-v"]);
-    // A plugin writing its own state: no reload.
+    // A plugin writing its own state: no reload, even well past the debounce.
     write(&site.plugin_dir("alpha").join("state.json"), "{\"n\":1}");
     write(&site.plugin_dir("alpha").join("data/notes.txt"), "x");
+    std::thread::sleep(std::time::Duration::from_millis(900));
     // A manifest change: reloaded once the burst settles.
-    site.echo_plugin("alpha", "v2");
+    site.set_version("alpha", "v2");
     let mut answer = Vec::new();
     for _ in 0..100 {
         answer = plugin_memories(&ingest(&d, "a1", "x"));
@@ -518,10 +531,18 @@ fn watch_reloads_on_code_changes_but_not_on_state_files() {
     assert_eq!(answer, ["alpha v2: x"], "--watch reloaded the changed manifest");
     // More state writes after the reload: still no reload.
     write(&site.plugin_dir("alpha").join("state.json"), "{\"n\":2}");
-    std::thread::sleep(std::time::Duration::from_millis(800));
+    std::thread::sleep(std::time::Duration::from_millis(900));
     let (_, stderr) = d.stop();
     let reloads = stderr.matches("--watch: reloaded").count();
-    assert_eq!(reloads, 1, "one reload for the manifest burst, none for state files:\n{stderr}");
+    assert_eq!(reloads, 1, "one reload for the manifest change, none for state files:\n{stderr}");
+}
+
+#[test]
+fn watch_starts_on_a_fresh_home() {
+    let site = Site::new();
+    let d = site.start(&["--watch"]);
+    assert_eq!(d.get("/healthz").status, 200);
+    assert!(site.home().join("plugins").is_dir());
 }
 
 #[test]
@@ -587,4 +608,30 @@ fn the_python_agent_example_runs_against_the_server() {
     assert!(stdout.contains("recalled [default] My favourite colour is teal"), "{stdout}");
     assert!(stdout.contains("recalled [alpha] alpha v1: What is my favourite colour?"), "{stdout}");
     assert!(stdout.contains("assembled 3 messages"), "{stdout}");
+}
+
+/// A stack plugin that failed to load at start joins once fixed and
+/// reloaded; a disabled one leaves the stack on reload.
+#[test]
+fn reload_brings_in_a_fixed_plugin_and_takes_out_a_disabled_one() {
+    let site = Site::new();
+    site.echo_plugin("alpha", "v1");
+    write(&site.plugin_dir("beta").join("plugin.toml"), "name = \"beta\"\n");
+    site.config("[context_engine]\nplugin_stack = [\"alpha\", \"beta\"]\n");
+    let d = site.start(&[]);
+    assert_eq!(d.get("/healthz").json()["plugins"], json!(["alpha"]), "beta failed to load");
+    site.echo_plugin("beta", "v1");
+    let r = d.post("/api/plugins/beta/reload", "");
+    assert_eq!((r.status, &r.json()["active"]), (200, &json!(true)), "{}", r.body);
+    assert_eq!(d.get("/healthz").json()["plugins"], json!(["alpha", "beta"]));
+    assert_eq!(plugin_memories(&ingest(&d, "a1", "x")), ["alpha v1: x", "beta v1: x"]);
+
+    let out = crate::util::ctxhost().arg("--home").arg(site.home()).args(["plugin", "disable", "alpha"]).assert();
+    out.success();
+    let r = d.post("/api/plugins/alpha/reload", "");
+    assert_eq!((r.status, &r.json()["active"]), (200, &json!(false)), "{}", r.body);
+    assert_eq!(plugin_memories(&ingest(&d, "a1", "x")), ["beta v1: x"]);
+    crate::util::ctxhost().arg("--home").arg(site.home()).args(["plugin", "enable", "alpha"]).assert().success();
+    assert_eq!(d.post("/api/plugins/alpha/reload", "").json()["active"], true);
+    assert_eq!(plugin_memories(&ingest(&d, "a1", "x")), ["alpha v1: x", "beta v1: x"]);
 }

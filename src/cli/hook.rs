@@ -54,18 +54,6 @@ enum HookCliError {
     Interrupted(&'static str),
 }
 
-/// Resolves on the first SIGINT or SIGTERM, naming it.
-async fn interrupted() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => "SIGINT",
-        _ = term.recv() => "SIGTERM",
-    }
-}
-
 pub fn exec(args: HookArgs, home: &Home) -> CliResult {
     let hook: HookName = args.hook.parse().map_err(|e: crate::protocol::UnknownHook| {
         let hint = crate::hint::did_you_mean(&args.hook, HookName::ALL.iter().map(|h| h.as_str()));
@@ -89,7 +77,7 @@ pub fn exec(args: HookArgs, home: &Home) -> CliResult {
     let reply = runtime.block_on(async {
         tokio::select! {
             reply = runner.call(&request, &options) => reply.map_err(Into::into),
-            signal = interrupted() => Err(HookCliError::Interrupted(signal)),
+            signal = super::interrupted() => Err(HookCliError::Interrupted(signal)),
         }
     })?;
 

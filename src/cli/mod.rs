@@ -140,3 +140,16 @@ pub(crate) fn show_warnings(warnings: &[String]) {
         tracing::warn!("{w}");
     }
 }
+
+/// Resolves on the first SIGINT or SIGTERM, naming it (commands that run
+/// until stopped, and `hook`, which must kill its hook's group on either).
+pub(crate) async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    }
+}

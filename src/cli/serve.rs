@@ -9,7 +9,7 @@ use clap::Args;
 use super::{CliResult, show_warnings};
 use crate::config::HostConfig;
 use crate::home::Home;
-use crate::server::{ServeOptions, Server, shutdown_signal};
+use crate::server::{ServeOptions, Server};
 
 const DEFAULT_ADDR: &str = "127.0.0.1:4545";
 
@@ -75,7 +75,12 @@ pub fn exec(args: ServeArgs, home: &Home) -> CliResult {
         writeln!(out, "listening on http://{bound}")?;
         out.flush()?;
         drop(out);
-        server.run(shutdown_signal()).await?;
+        server
+            .run(async {
+                let signal = super::interrupted().await;
+                tracing::info!("{signal}: shutting down");
+            })
+            .await?;
         Ok::<_, Box<dyn std::error::Error>>(())
     })?;
     Ok(ExitCode::SUCCESS)

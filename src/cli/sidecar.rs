@@ -62,16 +62,7 @@ pub fn exec(args: SidecarArgs, home: &Home) -> CliResult {
     let input = std::io::BufReader::with_capacity(1 << 16, std::io::stdin());
     let report = runtime.block_on(async {
         let stop = async {
-            use tokio::signal::unix::{SignalKind, signal};
-            match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-                (Ok(mut term), Ok(mut int)) => {
-                    tokio::select! {
-                        _ = term.recv() => {}
-                        _ = int.recv() => {}
-                    }
-                }
-                _ => std::future::pending().await,
-            }
+            super::interrupted().await;
         };
         sidecar::serve(Arc::new(engine), input, std::io::stdout(), options, stop).await
     });

@@ -15,7 +15,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use arc_swap::ArcSwap;
+use arc_swap::ArcSwapOption;
 use tokio::task::JoinHandle;
 
 use super::default::DefaultEngine;
@@ -46,21 +46,33 @@ impl Default for StackSettings {
     }
 }
 
-/// A layer and its weight for ordering recalled memories. The layer can be
-/// swapped while calls run (hot reload): a call takes the current one at its
-/// start and finishes on it.
+/// One configured plugin of the stack: its layer and its weight for ordering
+/// recalled memories. The layer can be swapped while calls run (hot reload):
+/// a call takes the current one at its start and finishes on it. A slot is
+/// empty while its plugin does not run (it failed to load, or is disabled);
+/// a reload can fill it.
 pub struct StackLayer {
-    layer: ArcSwap<Layer>,
+    name: String,
+    layer: ArcSwapOption<Layer>,
     pub weight: f64,
 }
 
 impl StackLayer {
     pub fn new(layer: Arc<Layer>, weight: f64) -> Self {
-        StackLayer { layer: ArcSwap::new(layer), weight }
+        StackLayer { name: layer.name().to_owned(), layer: ArcSwapOption::from(Some(layer)), weight }
     }
 
-    /// The layer new calls use now.
-    pub fn current(&self) -> Arc<Layer> {
+    /// A slot for plugin `name`, not running yet.
+    pub fn empty(name: impl Into<String>, weight: f64) -> Self {
+        StackLayer { name: name.into(), layer: ArcSwapOption::empty(), weight }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The layer new calls use now, if the plugin runs.
+    pub fn current(&self) -> Option<Arc<Layer>> {
         self.layer.load_full()
     }
 }
@@ -71,7 +83,8 @@ pub struct StackEngine {
     layers: Vec<StackLayer>,
     settings: StackSettings,
     metrics: Arc<Metrics>,
-    pending: Mutex<Vec<JoinHandle<()>>>,
+    /// Fire-and-forget `after_turn` calls under way, with their agent.
+    pending: Mutex<Vec<(String, JoinHandle<()>)>>,
     /// The host-wide bound on hook processes, shared by every layer (and by
     /// the layers a reload builds).
     limiter: Arc<tokio::sync::Semaphore>,
@@ -117,22 +130,33 @@ impl StackEngine {
         &self.default
     }
 
+    /// The plugins of the stack that run now, in order.
     pub fn layer_names(&self) -> Vec<String> {
-        self.layers.iter().map(|l| l.current().name().to_owned()).collect()
+        self.layers.iter().filter(|l| l.current().is_some()).map(|l| l.name.clone()).collect()
     }
 
-    /// The current layer of plugin `name`, when it is in the stack.
+    /// Every plugin the configuration puts in the stack, running or not.
+    pub fn configured_names(&self) -> Vec<String> {
+        self.layers.iter().map(|l| l.name.clone()).collect()
+    }
+
+    /// The current layer of plugin `name`, when it runs in the stack.
     pub fn layer(&self, name: &str) -> Option<Arc<Layer>> {
-        self.layers.iter().map(StackLayer::current).find(|l| l.name() == name)
+        self.layers.iter().find(|l| l.name == name).and_then(StackLayer::current)
     }
 
-    /// Swaps in `plugin` (freshly loaded) for the layer of the same name:
-    /// calls under way finish on the old layer, calls from now on use the new
-    /// one. The new layer first gets the bootstrap of the start, so its
-    /// `env_overrides` apply before it answers anything. Returns `false`
-    /// (and changes nothing) when no layer has that name.
+    /// The bound on concurrent hook processes the layers share.
+    pub fn limiter(&self) -> &Arc<tokio::sync::Semaphore> {
+        &self.limiter
+    }
+
+    /// Swaps in `plugin` (freshly loaded) for the layer of the same name —
+    /// or fills its empty slot: calls under way finish on the old layer, calls
+    /// from now on use the new one. The new layer first gets the bootstrap of
+    /// the start, so its `env_overrides` apply before it answers anything.
+    /// Returns `false` (and changes nothing) when the stack has no such plugin.
     pub async fn replace_layer(&self, plugin: crate::plugin::LoadedPlugin) -> bool {
-        let Some(slot) = self.layers.iter().find(|l| l.current().name() == plugin.name) else {
+        let Some(slot) = self.layers.iter().find(|l| l.name == plugin.name) else {
             return false;
         };
         let layer = Arc::new(Layer::new(
@@ -147,15 +171,37 @@ impl StackEngine {
         if let Some(request) = bootstrap {
             bootstrap_layer(&layer, &HookRequest::Bootstrap(request)).await;
         }
-        slot.layer.store(layer);
+        slot.layer.store(Some(layer));
         true
+    }
+
+    /// Stops using plugin `name` (calls under way finish); its slot stays, so
+    /// a later reload can fill it again. Returns whether it was running.
+    pub fn clear_layer(&self, name: &str) -> bool {
+        self.layers.iter().find(|l| l.name == name).is_some_and(|slot| slot.layer.swap(None).is_some())
     }
 
     /// Waits for every fire-and-forget `after_turn` started so far.
     pub async fn settle(&self) {
+        self.settle_where(|_| true).await;
+    }
+
+    /// Waits for the fire-and-forget `after_turn` calls of `agent` only, so
+    /// one agent's slow plugin never holds up another agent's next turn.
+    /// (Each call is awaited by one settler: a concurrent [`settle`](Self::settle)
+    /// does not wait for the calls this one took.)
+    pub async fn settle_agent(&self, agent: &str) {
+        self.settle_where(|a| a == agent).await;
+    }
+
+    async fn settle_where(&self, matches: impl Fn(&str) -> bool) {
         loop {
-            let handles: Vec<JoinHandle<()>> =
-                std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()));
+            let handles: Vec<JoinHandle<()>> = {
+                let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+                let (mine, rest) = std::mem::take(&mut *pending).into_iter().partition(|(a, _)| matches(a));
+                *pending = rest;
+                mine.into_iter().map(|(_, h)| h).collect()
+            };
             if handles.is_empty() {
                 return;
             }
@@ -228,7 +274,7 @@ impl ContextEngine for StackEngine {
             self.default.bootstrap(request).await?;
             *self.bootstrapped.lock().unwrap_or_else(|p| p.into_inner()) = Some(request.clone());
             let req = HookRequest::Bootstrap(request.clone());
-            for l in self.layers.iter().map(StackLayer::current) {
+            for l in self.layers.iter().filter_map(StackLayer::current) {
                 bootstrap_layer(&l, &req).await;
             }
             Ok(())
@@ -243,11 +289,12 @@ impl ContextEngine for StackEngine {
             }
             let req = HookRequest::Ingest(request.clone());
             let req = &req;
-            let calls = self.layers.iter().map(|l| async move {
-                let layer = l.current();
-                let result = layer.call(req).await;
-                (l.weight, layer, result)
-            });
+            let calls = self.layers.iter().filter_map(|l| l.current().map(|layer| (l.weight, layer))).map(
+                |(weight, layer)| async move {
+                    let result = layer.call(req).await;
+                    (weight, layer, result)
+                },
+            );
             let mut results = futures_join_all(calls).await;
             // Highest weight first; the stack order breaks ties.
             results.sort_by(|(a, _, _), (b, _, _)| b.total_cmp(a));
@@ -272,7 +319,7 @@ impl ContextEngine for StackEngine {
     fn assemble<'a>(&'a self, request: &'a AssembleRequest) -> BoxFuture<'a, Result<Vec<Message>, EngineError>> {
         Box::pin(async move {
             let req = HookRequest::Assemble(request.clone());
-            for l in self.layers.iter().map(StackLayer::current) {
+            for l in self.layers.iter().filter_map(StackLayer::current) {
                 match l.call(&req).await {
                     Ok(Some(reply)) => match AssembleReply::from_value(&reply) {
                         Ok(r) if !r.messages.is_empty() => {
@@ -299,7 +346,7 @@ impl ContextEngine for StackEngine {
     fn compact<'a>(&'a self, request: &'a CompactRequest) -> BoxFuture<'a, Result<Compacted, EngineError>> {
         Box::pin(async move {
             let req = HookRequest::Compact(request.clone());
-            for l in self.layers.iter().map(StackLayer::current) {
+            for l in self.layers.iter().filter_map(StackLayer::current) {
                 match l.call(&req).await {
                     Ok(Some(reply)) => match CompactReply::from_value(&reply) {
                         Ok(CompactReply::Messages { messages, summary }) if !messages.is_empty() => {
@@ -348,8 +395,8 @@ impl ContextEngine for StackEngine {
             for_plugins.messages = cut_messages(&request.messages, self.settings.after_turn_text_limit);
             let req = Arc::new(HookRequest::AfterTurn(for_plugins));
             let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-            pending.retain(|h| !h.is_finished());
-            for l in self.layers.iter().map(StackLayer::current) {
+            pending.retain(|(_, h)| !h.is_finished());
+            for l in self.layers.iter().filter_map(StackLayer::current) {
                 if !l.declares(req.hook()) || !l.admits(&req) {
                     continue;
                 }
@@ -359,7 +406,7 @@ impl ContextEngine for StackEngine {
                 };
                 let (layer, req, default) = (l.clone(), req.clone(), self.default.clone());
                 let agent = request.agent_id.clone();
-                pending.push(tokio::spawn(async move {
+                pending.push((request.agent_id.clone(), tokio::spawn(async move {
                     let _slot = slot;
                     match layer.call(&req).await {
                         Ok(Some(reply)) => {
@@ -374,7 +421,7 @@ impl ContextEngine for StackEngine {
                         Err(f) if f.policy == FailurePolicy::Skip => {}
                         Err(f) => tracing::warn!(plugin = %f.plugin, "after_turn failed: {}", f.message),
                     }
-                }));
+                })));
             }
             Ok(())
         })
@@ -386,7 +433,7 @@ impl ContextEngine for StackEngine {
     ) -> BoxFuture<'a, Result<String, EngineError>> {
         Box::pin(async move {
             let req = HookRequest::TransformToolResult(request.clone());
-            for l in self.layers.iter().map(StackLayer::current) {
+            for l in self.layers.iter().filter_map(StackLayer::current) {
                 match l.call(&req).await {
                     Ok(Some(reply)) => {
                         if let TransformReply::Rewrite(text) = TransformReply::from_value(&reply) {
@@ -412,7 +459,7 @@ impl ContextEngine for StackEngine {
 
 impl StackEngine {
     async fn subagent(&self, req: HookRequest) -> Result<(), EngineError> {
-        for l in self.layers.iter().map(StackLayer::current) {
+        for l in self.layers.iter().filter_map(StackLayer::current) {
             if let Err(f) = l.call(&req).await {
                 Self::handle(f)?;
             }
@@ -480,6 +527,7 @@ pub fn load_stack(cx: &crate::plugin::LoadContext<'_>) -> Result<(StackEngine, V
             warnings.push(format!(
                 "plugin '{name}' is disabled (`ctxhost plugin enable {name}` turns it on); it is left out of the stack"
             ));
+            layers.push(StackLayer::empty(name.clone(), engine_config.weight(&name)));
             continue;
         }
         let loaded = match manual {
@@ -500,7 +548,11 @@ pub fn load_stack(cx: &crate::plugin::LoadContext<'_>) -> Result<(StackEngine, V
                 );
                 layers.push(StackLayer::new(Arc::new(layer), engine_config.weight(&name)));
             }
-            Err(e) => warnings.push(format!("plugin '{name}' is left out of the stack: {e}")),
+            Err(e) => {
+                warnings.push(format!("plugin '{name}' is left out of the stack: {e}"));
+                // Kept as an empty slot: once fixed, a reload brings it in.
+                layers.push(StackLayer::empty(name.clone(), engine_config.weight(&name)));
+            }
         }
     }
     let settings = StackSettings {

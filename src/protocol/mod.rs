@@ -19,6 +19,7 @@ pub use reply::{
     AfterTurnReply, AssembleReply, BootstrapReply, CompactReply, IngestReply, LlmSummaryRequest, Memory, ReplyError,
     TransformReply,
 };
+pub(crate) use request::json_kind;
 pub use request::{
     AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, HookRequest, IngestRequest, OnEventRequest,
     PluginEvent, Recommendation, RequestError, SubagentRequest, TokenPressure, TransformToolResultRequest,

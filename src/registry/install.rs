@@ -124,8 +124,16 @@ pub fn install(opts: &InstallOptions<'_>, cx: &LoadContext<'_>) -> Result<Instal
 
     let grant = Grant::requested(&manifest.settings);
     let replaced = existing.then(|| raw_facts(&target).0);
+    // Recorded before the plugin appears, so a load racing the rename finds
+    // the grant install decided; put back if the plugin never appears.
     let grant_before = grants::set(home, &name, grant.clone())?;
-    put_in_place(&staged, &target, existing, &name)?;
+    if let Err(e) = put_in_place(&staged, &target, existing, &name) {
+        let _ = match grant_before.clone() {
+            Some(before) => grants::set(home, &name, before).map(|_| ()),
+            None => grants::remove(home, &name).map(|_| ()),
+        };
+        return Err(e);
+    }
     drop(staging);
 
     let (venv, removed_venv) = match built {
@@ -280,13 +288,17 @@ fn build_venv(
 /// anything, or with `existing` an atomic exchange (the old version lands in
 /// the staging dir and goes with it).
 fn put_in_place(staged: &Path, target: &Path, existing: bool, name: &str) -> Result<(), RegistryError> {
-    let flags = if existing { libc::RENAME_EXCHANGE } else { libc::RENAME_NOREPLACE };
-    match rename2(staged, target, flags) {
+    let renamed = if existing {
+        crate::home::rename_exchange(staged, target)
+    } else {
+        crate::home::rename_noreplace(staged, target)
+    };
+    match renamed {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             Err(RegistryError::Exists { name: name.to_owned(), dir: target.to_owned() })
         }
-        // A filesystem without renameat2 flags: two renames.
+        // A filesystem without RENAME_EXCHANGE: two renames.
         Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {
             if existing {
                 let aside = staged.with_file_name(format!(".old-{name}"));
@@ -296,26 +308,13 @@ fn put_in_place(staged: &Path, target: &Path, existing: bool, name: &str) -> Res
                     return Err(RegistryError::Io { action: "install into", path: target.to_owned(), source: e });
                 }
                 Ok(())
-            } else if std::fs::symlink_metadata(target).is_ok() {
-                Err(RegistryError::Exists { name: name.to_owned(), dir: target.to_owned() })
             } else {
-                std::fs::rename(staged, target).map_err(RegistryError::io("install into", target))
+                // rename_noreplace has its own fallback; this cannot happen.
+                Err(RegistryError::Io { action: "install into", path: target.to_owned(), source: e })
             }
         }
         Err(source) => Err(RegistryError::Io { action: "install into", path: target.to_owned(), source }),
     }
-}
-
-fn rename2(from: &Path, to: &Path, flags: libc::c_uint) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = |p: &Path| {
-        std::ffi::CString::new(p.as_os_str().as_bytes())
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "path holds a NUL byte"))
-    };
-    let (from, to) = (c(from)?, c(to)?);
-    // SAFETY: both are NUL-terminated paths that live across the call.
-    let rc = unsafe { libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), flags) };
-    if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
 }
 
 /// What a removal did.

@@ -35,6 +35,14 @@ pub trait Runner: Send + Sync {
         options: &'a CallOptions,
     ) -> BoxFuture<'a, Result<Value, HookError>>;
 
+    /// Whether every hook of the plugin can start now (its launcher exists,
+    /// a native script is executable, …): the first problem, named. A reload
+    /// refuses to swap in a plugin that is not ready. Runners that check
+    /// everything at load (components) are always ready.
+    fn ready(&self) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Applies a bootstrap reply's `env_overrides` to later calls; returns a
     /// warning per refused key. Runners without an environment ignore them.
     fn set_env_overrides(&self, overrides: std::collections::BTreeMap<String, String>) -> Vec<String> {

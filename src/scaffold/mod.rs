@@ -17,8 +17,6 @@
 //! runs anything.
 
 use std::borrow::Cow;
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -247,7 +245,7 @@ pub fn scaffold(plugins_dir: &Path, request: &ScaffoldRequest<'_>) -> Result<Pat
     }
     // tempdir_in makes the directory 0700; a plugin dir is an ordinary one.
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).map_err(io(tmp.path()))?;
-    match rename_noreplace(tmp.path(), &target) {
+    match crate::home::rename_noreplace(tmp.path(), &target) {
         Ok(()) => {
             // The directory now lives at `target`; nothing is left to clean up.
             let _ = tmp.keep();
@@ -257,27 +255,6 @@ pub fn scaffold(plugins_dir: &Path, request: &ScaffoldRequest<'_>) -> Result<Pat
             Err(ScaffoldError::AlreadyExists(name.to_owned()))
         }
         Err(source) => Err(ScaffoldError::Io { path: target, source }),
-    }
-}
-
-/// `rename(2)` that fails with `EEXIST` instead of replacing `to` (which plain
-/// rename does when `to` is an empty directory).
-fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
-    let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other);
-    let (from_c, to_c) = (c(from)?, c(to)?);
-    // SAFETY: both pointers are NUL-terminated strings that outlive the call.
-    let rc = unsafe {
-        libc::renameat2(libc::AT_FDCWD, from_c.as_ptr(), libc::AT_FDCWD, to_c.as_ptr(), libc::RENAME_NOREPLACE)
-    };
-    if rc == 0 {
-        return Ok(());
-    }
-    let err = std::io::Error::last_os_error();
-    match err.raw_os_error() {
-        // A file system without RENAME_NOREPLACE: check, then rename.
-        Some(libc::EINVAL | libc::ENOSYS) if to.symlink_metadata().is_err() => std::fs::rename(from, to),
-        Some(libc::EINVAL | libc::ENOSYS) => Err(std::io::Error::from_raw_os_error(libc::EEXIST)),
-        _ => Err(err),
     }
 }
 

@@ -25,26 +25,20 @@ use super::body::{self, JsonReply};
 use crate::engine::{ContextEngine, EngineError};
 use crate::protocol::{HookName, HookRequest, TokenPressure};
 
-/// The hooks an agent calls (`on_event` is a plugin notification, not a turn point).
-const AGENT_HOOKS: [HookName; 8] = [
-    HookName::Bootstrap,
-    HookName::Ingest,
-    HookName::Assemble,
-    HookName::Compact,
-    HookName::AfterTurn,
-    HookName::TransformToolResult,
-    HookName::PrepareSubagent,
-    HookName::MergeSubagent,
-];
+/// The hooks an agent calls: all but `on_event`, a plugin notification
+/// rather than a point of the turn.
+fn agent_hooks() -> impl Iterator<Item = HookName> {
+    HookName::ALL.into_iter().filter(|h| *h != HookName::OnEvent)
+}
 
 pub(crate) async fn call(
     State(state): State<Arc<AppState>>,
     Path((agent_id, hook)): Path<(String, String)>,
     bytes: Bytes,
 ) -> JsonReply {
-    let Some(hook) = hook.parse::<HookName>().ok().filter(|h| AGENT_HOOKS.contains(h)) else {
-        let hint = crate::hint::did_you_mean(&hook, AGENT_HOOKS.iter().map(|h| h.as_str()));
-        let names: Vec<&str> = AGENT_HOOKS.iter().map(|h| h.as_str()).collect();
+    let Some(hook) = hook.parse::<HookName>().ok().filter(|h| *h != HookName::OnEvent) else {
+        let hint = crate::hint::did_you_mean(&hook, agent_hooks().map(HookName::as_str));
+        let names: Vec<&str> = agent_hooks().map(HookName::as_str).collect();
         return JsonReply::with_status(
             StatusCode::NOT_FOUND,
             json!({"error": format!("`{hook}` is not an agent hook{hint}"), "hooks": names}),

@@ -57,16 +57,7 @@ pub(crate) fn object(bytes: &[u8]) -> Result<serde_json::Map<String, Value>, Jso
 }
 
 /// `"a string"`, `"an array"`, … for messages.
-pub(crate) fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
+pub(crate) use crate::protocol::json_kind as type_name;
 
 /// An optional string field of a body; a value of another type is a 400.
 pub(crate) fn optional_str<'a>(

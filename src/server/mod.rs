@@ -189,16 +189,3 @@ async fn healthz(axum::extract::State(state): axum::extract::State<Arc<AppState>
 async fn not_found(uri: axum::http::Uri) -> body::JsonReply {
     body::JsonReply::error(axum::http::StatusCode::NOT_FOUND, format!("no route for {}", uri.path()))
 }
-
-/// Resolves on the first SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
-        return std::future::pending().await;
-    };
-    let name = tokio::select! {
-        _ = int.recv() => "SIGINT",
-        _ = term.recv() => "SIGTERM",
-    };
-    tracing::info!("{name}: shutting down");
-}

@@ -160,6 +160,10 @@ pub(crate) async fn test_hook(State(state): State<Arc<AppState>>, Path(name): Pa
             }
         }
     };
+    // Within the host-wide bound on hook processes, like every engine call.
+    let Ok(_permit) = state.engine.limiter().acquire().await else {
+        return failed("the server is shutting down".into(), 0.0);
+    };
     let start = Instant::now();
     let result = runner.call(&hook_request, &CallOptions::default()).await;
     let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::AppState;
-use crate::manifest::Manifest;
 use crate::plugin::load_plugin;
 
 /// What a successful reload reports (LibreFang's `{name, version, hooks_valid, …}`).
@@ -32,36 +31,43 @@ pub(crate) enum ReloadError {
     Invalid(String),
 }
 
-/// Reloads plugin `name` of the plugins dir.
+/// Reloads plugin `name` of the plugins dir. A disabled plugin is taken
+/// out of the stack instead (its slot stays for a later reload).
 pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded, ReloadError> {
     let dir = plugin_dir(state, name)?;
     let _one_at_a_time = state.reload_lock.lock().await;
     let loader = state.clone();
-    let loaded = tokio::task::spawn_blocking(move || {
-        let cx = loader.load_context();
-        let lookup = |var: &str| std::env::var(var).ok();
-        let manifest = Manifest::load_with_env(&dir, &lookup).map_err(|e| e.to_string())?.manifest;
-        let plugin = load_plugin(&dir, &cx).map_err(|e| e.to_string())?;
-        Ok::<_, String>((manifest.version, manifest.settings.runtime.to_string(), plugin))
+    let plugin = tokio::task::spawn_blocking(move || {
+        let plugin = load_plugin(&dir, &loader.load_context()).map_err(|e| e.to_string())?;
+        // Loading succeeds for a plugin whose launcher is missing (a call
+        // would say so); a reload must not swap such a plugin in.
+        plugin.runner.ready().map_err(|e| format!("plugin '{}' cannot run: {e}", plugin.name))?;
+        Ok::<_, String>(plugin)
     })
     .await
     .map_err(|e| ReloadError::Invalid(format!("the reload task failed: {e}")))?
     .map_err(ReloadError::Invalid)?;
-    let (version, runtime, plugin) = loaded;
-    let report = Reloaded {
+    let mut report = Reloaded {
         name: plugin.name.clone(),
-        version,
-        runtime,
+        version: plugin.version.clone(),
+        runtime: plugin.settings.runtime.to_string(),
         hooks_valid: true,
         hooks: plugin.hooks.iter().map(|h| h.as_str().to_owned()).collect(),
         active: false,
         warnings: plugin.warnings.clone(),
     };
-    let active = state.engine.replace_layer(plugin).await;
-    if active {
+    if !crate::registry::is_enabled(&state.home, name) {
+        if state.engine.clear_layer(name) {
+            tracing::info!(plugin = %name, "disabled: taken out of the stack");
+        }
+        report.warnings.push(format!("plugin '{name}' is disabled; `ctxhost plugin enable {name}` turns it on"));
+        return Ok(report);
+    }
+    report.active = state.engine.replace_layer(plugin).await;
+    if report.active {
         tracing::info!(plugin = %name, "reloaded; new calls use the new version");
     }
-    Ok(Reloaded { active, ..report })
+    Ok(report)
 }
 
 /// `<plugins dir>/<name>` when `name` is a valid plugin name with a directory.

@@ -24,6 +24,8 @@ const MANIFESTS: [&str; 2] = ["plugin.toml", "plugin.json"];
 
 /// Starts watching the plugins dir; the returned watcher stops when dropped.
 pub(crate) fn start(state: Arc<AppState>) -> Result<notify::RecommendedWatcher, ServeError> {
+    // A fresh home has no plugins dir yet; watch it from the start.
+    crate::home::Home::ensure_dir(state.home.plugins_dir()).map_err(|e| ServeError::Watch(e.to_string()))?;
     let root = std::fs::canonicalize(state.home.plugins_dir())
         .map_err(|e| ServeError::Watch(format!("`{}`: {e}", state.home.plugins_dir().display())))?;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<PathBuf>();
@@ -50,7 +52,7 @@ async fn debounce_and_reload(
     mut rx: tokio::sync::mpsc::UnboundedReceiver<PathBuf>,
 ) {
     let mut watched: HashMap<String, HashSet<PathBuf>> = HashMap::new();
-    for name in state.engine.layer_names() {
+    for name in state.engine.configured_names() {
         let files = watched_files(&root.join(&name));
         watched.insert(name, files);
     }
@@ -94,8 +96,11 @@ fn relevant(root: &Path, path: &Path, watched: &HashMap<String, HashSet<PathBuf>
     let name = parts.next()?.as_os_str().to_str()?;
     let files = watched.get(name)?;
     let rest = parts.as_path();
+    // The plugin's directory itself: replaced whole (`plugin install --force`
+    // swaps it, `rm -r` + `cp -r` recreates it).
+    let whole_dir = rest.as_os_str().is_empty();
     let is_manifest = rest.to_str().is_some_and(|r| MANIFESTS.contains(&r));
-    (is_manifest || files.contains(path)).then(|| name.to_owned())
+    (whole_dir || is_manifest || files.contains(path)).then(|| name.to_owned())
 }
 
 /// The files of the plugin in `dir` whose change means new code: its hook
@@ -123,6 +128,7 @@ mod tests {
         watched.insert("notes".to_owned(), HashSet::from([PathBuf::from("/p/notes/hooks/ingest.py")]));
         let r = |p: &str| relevant(root, Path::new(p), &watched);
         assert_eq!(r("/p/notes/plugin.toml").as_deref(), Some("notes"));
+        assert_eq!(r("/p/notes").as_deref(), Some("notes"), "the directory replaced whole");
         assert_eq!(r("/p/notes/hooks/ingest.py").as_deref(), Some("notes"));
         assert_eq!(r("/p/notes/state.json"), None, "a plugin's own state file");
         assert_eq!(r("/p/notes/hooks/plugin.toml"), None, "only the manifest at the plugin's root");

@@ -71,8 +71,6 @@ pub struct Methods {
     pub engine: Arc<StackEngine>,
     pub options: SidecarOptions,
     pub turns: Arc<Turns>,
-    /// One `settle` at a time: a second caller then waits for work the first took.
-    settle_lock: tokio::sync::Mutex<()>,
     /// `after_turn` settles still running.
     settles: Mutex<Vec<JoinHandle<()>>>,
     /// The last tool list seen and its token count (it rarely changes).
@@ -125,7 +123,6 @@ impl Methods {
             engine,
             options,
             turns: Arc::new(Turns::default()),
-            settle_lock: tokio::sync::Mutex::new(()),
             settles: Mutex::new(Vec::new()),
             tools_tokens: Mutex::new(None),
         }
@@ -229,10 +226,12 @@ impl Methods {
         let request = AfterTurnRequest { agent_id: p.agent_id, messages: p.messages, ..Default::default() };
         self.engine.after_turn(&request).await.map_err(|e| e.to_string())?;
         let me = self.clone();
+        let agent = request.agent_id;
         let settle = tokio::spawn(async move {
             let _turn = turn;
-            let _one_at_a_time = me.settle_lock.lock().await;
-            me.engine.settle().await;
+            // Only this agent's calls: another agent's slow plugin must not
+            // hold up this agent's next ingest.
+            me.engine.settle_agent(&agent).await;
         });
         let mut settles = self.settles.lock().unwrap_or_else(|p| p.into_inner());
         settles.retain(|h| !h.is_finished());
@@ -248,7 +247,6 @@ impl Methods {
             for h in handles {
                 let _ = h.await;
             }
-            let _one_at_a_time = self.settle_lock.lock().await;
             self.engine.settle().await;
         };
         tokio::time::timeout(self.options.settle_timeout, all).await.is_ok()

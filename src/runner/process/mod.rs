@@ -222,6 +222,15 @@ impl Runner for ProcessRunner {
         Box::pin(self.call_inner(request, options))
     }
 
+    /// Every hook must turn into a command line: the launcher exists, a
+    /// native script is executable or has a `#!` line.
+    fn ready(&self) -> Result<(), String> {
+        let plugin = &self.plugin;
+        plugin.manifest.hooks.iter().try_for_each(|(hook, script)| {
+            plugin.launcher.command_for(&script.path).map(|_| ()).map_err(|e| format!("hook `{hook}`: {e}"))
+        })
+    }
+
     fn set_env_overrides(&self, overrides: BTreeMap<String, String>) -> Vec<String> {
         let (kept, warnings) = self.plugin.env.filter_overrides(overrides);
         if let Ok(mut slot) = self.overrides.write() {
