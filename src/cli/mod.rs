@@ -30,6 +30,9 @@ use crate::home::{Home, HomeOverrides};
 Examples:
   echo '{\"agent_id\":\"a1\",\"message\":\"hello\"}' | ctxhost hook ./my-plugin ingest
   ctxhost doctor --json
+  ctxhost serve --watch                      # HTTP daemon on 127.0.0.1:4545
+  ctxhost new my-notes --runtime node        # a plugin that works as generated
+  ctxhost plugin install ./my-plugin
 
 Files (spec section 12): home `~/.ctxhost` (--home, CTXHOST_HOME), plugins `<home>/plugins`
 (--plugins-dir, CTXHOST_PLUGINS_DIR), config `<home>/config.toml` (--config)."
