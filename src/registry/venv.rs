@@ -17,7 +17,7 @@ use std::io::{Read, Seek};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::home::Home;
 
@@ -267,36 +267,19 @@ fn run(cmd: &mut Command, timeout: Duration, hint_for: impl Fn(&str) -> Option<S
         .stderr(Stdio::from(log.try_clone().map_err(io)?))
         .spawn()
         .map_err(io)?;
-    let pgid = child.id() as libc::pid_t;
-    let started = Instant::now();
-    let exited = loop {
-        if exited_unreaped(pgid) {
-            break true;
-        }
-        if started.elapsed() >= timeout {
-            break false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    // The leader is not reaped yet, so the group id is still ours.
-    // SAFETY: kill(2) on our child's process group; pgid > 0.
-    if pgid > 0 {
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
-        }
-    }
-    let status = child.wait().map_err(io)?;
+    let status = crate::runner::process::probe::wait_then_kill_group(&mut child, timeout, Duration::from_millis(20))
+        .map_err(io)?;
     let mut output = String::new();
     let _ = log.rewind();
     let _ = log.read_to_string(&mut output);
-    if !exited {
+    let Some(status) = status else {
         return Err(VenvError::Command {
             command: shown,
             status: format!("did not finish within {} s, killed", timeout.as_secs()),
             hint: hint_for(&output),
             output,
         });
-    }
+    };
     if !status.success() {
         return Err(VenvError::Command {
             command: shown,
@@ -306,16 +289,4 @@ fn run(cmd: &mut Command, timeout: Duration, hint_for: impl Fn(&str) -> Option<S
         });
     }
     Ok(output)
-}
-
-/// True once child `pid` has exited, without reaping it.
-fn exited_unreaped(pid: libc::pid_t) -> bool {
-    // SAFETY: all-zero is a valid siginfo_t; waitid fills it. WNOWAIT leaves
-    // the child waitable, WNOHANG makes this a poll.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    let rc = unsafe {
-        libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT)
-    };
-    // SAFETY: si_pid is set by waitid when a child changed state, 0 otherwise.
-    rc != 0 || unsafe { info.si_pid() } != 0
 }

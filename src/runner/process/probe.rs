@@ -35,7 +35,6 @@ pub fn run(cmd: &mut Command, timeout: Duration) -> Result<ProbeOutput, String> 
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot run `{program}`: {e}"))?;
-    let pgid = child.id() as libc::pid_t;
     let reader = |pipe: Option<Box<dyn Read + Send>>| {
         let (tx, rx) = mpsc::channel();
         if let Some(pipe) = pipe {
@@ -49,30 +48,61 @@ pub fn run(cmd: &mut Command, timeout: Duration) -> Result<ProbeOutput, String> 
     };
     let out = reader(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
     let err = reader(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if started.elapsed() < timeout => std::thread::sleep(Duration::from_millis(2)),
-            _ => break None,
-        }
-    };
-    // The leader is reaped only below (or is a zombie), so the group id is
-    // still ours to signal.
-    // SAFETY: kill(2) on our child's process group; pgid > 0.
-    if pgid > 0 {
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
-        }
-    }
-    let Some(status) = status else {
-        let _ = child.wait();
+    let Some(status) = wait_then_kill_group(&mut child, timeout, Duration::from_millis(2))
+        .map_err(|e| format!("cannot wait for `{program}`: {e}"))?
+    else {
         return Err(format!("`{program}` did not finish within {timeout:?}"));
     };
     // Everything the group wrote is in the pipes; whatever escaped the group
     // and still holds them is not waited for long.
     let collect = |rx: mpsc::Receiver<Vec<u8>>| rx.recv_timeout(Duration::from_millis(200)).unwrap_or_default();
     Ok(ProbeOutput { status, stdout: collect(out), stderr: collect(err) })
+}
+
+/// Waits up to `timeout` (polling every `poll`) for `child`, the leader of
+/// its own process group, then kills the whole group and reaps the leader.
+/// Returns its status, or `None` when the deadline ended the wait. The leader
+/// is seen exiting without being reaped, so the group id cannot have been
+/// reused by the time the group is killed.
+///
+/// # Errors
+/// Reaping failed.
+pub fn wait_then_kill_group(
+    child: &mut std::process::Child,
+    timeout: Duration,
+    poll: Duration,
+) -> std::io::Result<Option<ExitStatus>> {
+    let pgid = child.id() as libc::pid_t;
+    let started = Instant::now();
+    let exited = loop {
+        if exited_unreaped(pgid) {
+            break true;
+        }
+        if started.elapsed() >= timeout {
+            break false;
+        }
+        std::thread::sleep(poll);
+    };
+    if pgid > 0 {
+        // SAFETY: kill(2) on our unreaped child's process group; pgid > 0.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+    let status = child.wait()?;
+    Ok(exited.then_some(status))
+}
+
+/// True once child `pid` has exited, without reaping it.
+fn exited_unreaped(pid: libc::pid_t) -> bool {
+    // SAFETY: all-zero is a valid siginfo_t; waitid fills it. WNOWAIT leaves
+    // the child waitable, WNOHANG makes this a poll.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let rc = unsafe {
+        libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT)
+    };
+    // SAFETY: si_pid is set by waitid when a child changed state, 0 otherwise.
+    rc != 0 || unsafe { info.si_pid() } != 0
 }
 
 #[cfg(test)]
