@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::util::{repo_root, require_program, write};
+use crate::util::{require_program, write};
 
 /// A hang guard, not a timing assertion: nothing here should take seconds.
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -56,23 +56,11 @@ impl World {
     }
 
     fn fixture(&self, name: &str) {
-        copy(&repo_root().join("tests/fixtures/librefang").join(name), &self.home().join("plugins").join(name));
+        crate::util::librefang_fixture(name, &self.home().join("plugins"));
     }
 
     fn sidecar(&self) -> Sidecar {
         Sidecar::start(&self.home(), &self.user_home(), &[])
-    }
-}
-
-fn copy(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        if e.path().is_dir() {
-            copy(&e.path(), &to.join(e.file_name()));
-        } else {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
     }
 }
 

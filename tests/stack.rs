@@ -3,7 +3,7 @@
 //! and LibreFang-style plugins that keep state under ~/.librefang/plugins/.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use ctxhost::config::HostConfig;
 use ctxhost::engine::stack::{StackEngine, load_stack};
@@ -16,7 +16,7 @@ use ctxhost::protocol::{
 };
 use serde_json::json;
 
-use crate::util::{repo_root, require_program, write};
+use crate::util::{require_program, write};
 
 /// A throwaway home (with its own user HOME for LibreFang-style state).
 struct World {
@@ -53,8 +53,7 @@ impl World {
     }
 
     fn fixture(&self, name: &str) {
-        let from = repo_root().join("tests/fixtures/librefang").join(name);
-        copy(&from, &self.home().plugins_dir().join(name));
+        crate::util::librefang_fixture(name, self.home().plugins_dir());
     }
 
     fn config(&self, toml: &str) {
@@ -71,18 +70,6 @@ impl World {
         };
         let cx = LoadContext { home: &home, config: &config, host_env: &env };
         load_stack(&cx).unwrap()
-    }
-}
-
-fn copy(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        if e.path().is_dir() {
-            copy(&e.path(), &to.join(e.file_name()));
-        } else {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
     }
 }
 

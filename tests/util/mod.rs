@@ -103,3 +103,22 @@ pub fn is_dead(pid: i32) -> bool {
         Ok(stat) => stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
     }
 }
+
+/// Copies the LibreFang-style fixture plugin `name` (tests/fixtures/librefang)
+/// into `plugins_dir`.
+pub fn librefang_fixture(name: &str, plugins_dir: &Path) {
+    copy_tree(&repo_root().join("tests/fixtures/librefang").join(name), &plugins_dir.join(name));
+}
+
+/// Copies a directory tree.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap_or_else(|e| panic!("{}: {e}", from.display())) {
+        let e = e.unwrap();
+        if e.path().is_dir() {
+            copy_tree(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
