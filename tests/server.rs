@@ -635,3 +635,47 @@ fn reload_brings_in_a_fixed_plugin_and_takes_out_a_disabled_one() {
     assert_eq!(d.post("/api/plugins/alpha/reload", "").json()["active"], true);
     assert_eq!(plugin_memories(&ingest(&d, "a1", "x")), ["alpha v1: x", "beta v1: x"]);
 }
+
+/// A component plugin in the stack reloads like a script: recompiled from
+/// its new file, swapped in, and a broken file keeps the running version.
+#[test]
+fn a_component_plugin_reloads_and_a_broken_one_keeps_running() {
+    let site = Site::new();
+    crate::util::examples::copy_example("recall", &site.plugin_dir("recall"));
+    site.config("[context_engine]\nplugin = \"recall\"\n");
+    let d = site.start(&[]);
+    let turn = json!({"messages": [{"role": "user", "content": "The heron nests by the lake"}]});
+    assert_eq!(d.post("/api/agents/a1/after_turn", &turn.to_string()).status, 200);
+    let recalled = |d: &Daemon| {
+        (0..100)
+            .find_map(|_| {
+                let got: Vec<String> = ingest(d, "a1", "where does the heron nest")["memories"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|m| m["source"] == "recall")
+                    .map(|m| m["content"].as_str().unwrap().to_owned())
+                    .collect();
+                if got.is_empty() {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    None
+                } else {
+                    Some(got)
+                }
+            })
+            .unwrap_or_default()
+    };
+    assert!(recalled(&d).iter().any(|m| m.contains("heron")), "the component stored and recalled the turn");
+
+    let r = d.post("/api/plugins/recall/reload", "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let body = r.json();
+    assert_eq!((body["runtime"].as_str(), &body["active"]), (Some("wasm"), &json!(true)), "{body}");
+    assert_eq!(body["hooks"], json!(["ingest", "after_turn"]), "from the component's describe()");
+
+    // A component file that is not wasm: 400, and the running one answers.
+    std::fs::write(site.plugin_dir("recall").join("recall.wasm"), b"not wasm").unwrap();
+    let r = d.post("/api/plugins/recall/reload", "");
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(recalled(&d).iter().any(|m| m.contains("heron")), "the old component still answers");
+}
