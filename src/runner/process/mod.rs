@@ -11,6 +11,7 @@ pub mod launcher;
 mod oneshot;
 pub mod probe;
 pub mod shim;
+mod spawn;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

@@ -14,7 +14,7 @@
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -99,17 +99,8 @@ impl Drop for GroupKill {
 /// Runs the call to the end. Returns the exit status and output of a hook
 /// that exited by itself, or the error that stopped it.
 pub async fn run(call: OneShot<'_>) -> Result<Finished, HookError> {
-    let mut cmd = tokio::process::Command::new(&call.command.program);
-    cmd.args(&call.command.args)
-        .env_clear()
-        .envs(call.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(call.cwd)
-        .process_group(0)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().map_err(|source| HookError::Spawn { program: call.command.program.clone(), source })?;
+    let mut child =
+        super::spawn::spawn(super::spawn::SpawnSpec { command: call.command, cwd: call.cwd, env: call.env })?;
     let pid = child.id().and_then(|id| libc::pid_t::try_from(id).ok()).unwrap_or(0);
     let mut group = GroupKill(pid);
     let exit = ExitWatch::new(pid);
