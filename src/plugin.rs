@@ -109,7 +109,15 @@ fn script_runner(
         Some(venv) => process::Launcher::Program { program: crate::registry::venv::python(venv), args: Vec::new() },
         None => process::resolve_launcher(&manifest.settings.runtime, &manifest.dir, env.base(), &cx.home.cache_dir()),
     };
-    Ok((ProcessRunner::new(ProcessPlugin { manifest, launcher, env }), warnings))
+    Ok((
+        ProcessRunner::new(ProcessPlugin {
+            manifest,
+            launcher,
+            env,
+            confinement: process::sandbox::Confinement::none(),
+        }),
+        warnings,
+    ))
 }
 
 fn env_plan(manifest: &Manifest, cx: &LoadContext<'_>, config_file: Option<&Path>, venv: Option<&Path>) -> EnvPlan {

@@ -10,6 +10,7 @@ mod exit;
 pub mod launcher;
 mod oneshot;
 pub mod probe;
+pub mod sandbox;
 pub mod shim;
 mod spawn;
 
@@ -153,6 +154,8 @@ pub struct ProcessPlugin {
     pub manifest: Manifest,
     pub launcher: Launcher,
     pub env: EnvPlan,
+    /// How its processes are confined (from the operator's grant).
+    pub confinement: sandbox::Confinement,
 }
 
 /// Runs hooks of one script plugin as one-shot processes.
@@ -201,6 +204,8 @@ impl ProcessRunner {
             command: &command,
             cwd: &manifest.dir,
             env,
+            confinement: &self.plugin.confinement,
+            tmpdir: Some(&tmp.0),
             stdin: &stdin,
             timeout: Duration::from_secs(secs),
             output_cap: self.output_cap,

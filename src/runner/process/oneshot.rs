@@ -38,6 +38,8 @@ pub struct OneShot<'a> {
     pub command: &'a CommandLine,
     pub cwd: &'a Path,
     pub env: Vec<(OsString, OsString)>,
+    pub confinement: &'a super::sandbox::Confinement,
+    pub tmpdir: Option<&'a Path>,
     pub stdin: &'a [u8],
     pub timeout: Duration,
     pub output_cap: usize,
@@ -99,8 +101,13 @@ impl Drop for GroupKill {
 /// Runs the call to the end. Returns the exit status and output of a hook
 /// that exited by itself, or the error that stopped it.
 pub async fn run(call: OneShot<'_>) -> Result<Finished, HookError> {
-    let mut child =
-        super::spawn::spawn(super::spawn::SpawnSpec { command: call.command, cwd: call.cwd, env: call.env })?;
+    let super::spawn::Spawned { mut child, cleanup: _cleanup } = super::spawn::spawn(super::spawn::SpawnSpec {
+        command: call.command,
+        cwd: call.cwd,
+        env: call.env,
+        confinement: call.confinement,
+        tmpdir: call.tmpdir,
+    })?;
     let pid = child.id().and_then(|id| libc::pid_t::try_from(id).ok()).unwrap_or(0);
     let mut group = GroupKill(pid);
     let exit = ExitWatch::new(pid);

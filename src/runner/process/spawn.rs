@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::Stdio;
 
 use super::launcher::CommandLine;
+use super::sandbox::{Cleanup, Confinement};
 use crate::runner::HookError;
 
 /// What a hook process is started with.
@@ -18,6 +19,17 @@ pub struct SpawnSpec<'a> {
     pub cwd: &'a Path,
     /// The whole environment (spec section 6 order); nothing else is inherited.
     pub env: Vec<(OsString, OsString)>,
+    /// The plugin's confinement (spec section 6).
+    pub confinement: &'a Confinement,
+    /// The per-call (or per-worker) TMPDIR, writable under confinement.
+    pub tmpdir: Option<&'a Path>,
+}
+
+/// A started hook process and what must be cleaned up when it is gone.
+pub struct Spawned {
+    pub child: tokio::process::Child,
+    /// Keep it until the process (and its group) is finished with.
+    pub cleanup: Cleanup,
 }
 
 /// Starts the process: cleared environment, `cwd`, its own process group
@@ -26,7 +38,7 @@ pub struct SpawnSpec<'a> {
 ///
 /// # Errors
 /// [`HookError::Spawn`] naming the program.
-pub fn spawn(spec: SpawnSpec<'_>) -> Result<tokio::process::Child, HookError> {
+pub fn spawn(spec: SpawnSpec<'_>) -> Result<Spawned, HookError> {
     let mut cmd = tokio::process::Command::new(&spec.command.program);
     cmd.args(&spec.command.args)
         .env_clear()
@@ -37,5 +49,7 @@ pub fn spawn(spec: SpawnSpec<'_>) -> Result<tokio::process::Child, HookError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    cmd.spawn().map_err(|source| HookError::Spawn { program: spec.command.program.clone(), source })
+    let _ = (spec.confinement, spec.tmpdir);
+    let child = cmd.spawn().map_err(|source| HookError::Spawn { program: spec.command.program.clone(), source })?;
+    Ok(Spawned { child, cleanup: Cleanup::default() })
 }
