@@ -72,14 +72,14 @@ impl Finished {
 /// The group id is the hook's pid, so it may only be signalled while that pid
 /// cannot have been reused: while the hook runs or is an unreaped zombie.
 /// After reaping, [`GroupKill::disarm`] it.
-struct GroupKill(libc::pid_t);
+pub(super) struct GroupKill(pub(super) libc::pid_t);
 
 impl GroupKill {
-    fn disarm(&mut self) {
+    pub(super) fn disarm(&mut self) {
         self.0 = 0;
     }
 
-    fn kill(&self) {
+    pub(super) fn kill(&self) {
         // Never signal group 0 or below: `kill(0, …)` would hit ctxhost's own group.
         if self.0 <= 1 {
             return;
@@ -199,10 +199,10 @@ pub async fn run(call: OneShot<'_>) -> Result<Finished, HookError> {
 /// Tells when the hook has exited **without reaping it** (a pidfd turns
 /// readable), so its group can still be killed safely. Without pidfd support
 /// (Linux < 5.3) the caller falls back to waiting, which reaps.
-struct ExitWatch(Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>);
+pub(super) struct ExitWatch(Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>);
 
 impl ExitWatch {
-    fn new(pid: libc::pid_t) -> Self {
+    pub(super) fn new(pid: libc::pid_t) -> Self {
         use std::os::fd::FromRawFd;
         if pid <= 0 {
             return ExitWatch(None);
@@ -220,11 +220,11 @@ impl ExitWatch {
         ExitWatch(registered.ok())
     }
 
-    fn available(&self) -> bool {
+    pub(super) fn available(&self) -> bool {
         self.0.is_some()
     }
 
-    async fn exited(&self) {
+    pub(super) async fn exited(&self) {
         match &self.0 {
             Some(fd) => {
                 let _ = fd.readable().await;
@@ -247,7 +247,7 @@ async fn feed(mut stdin: tokio::process::ChildStdin, bytes: &[u8]) {
 
 /// Reads what is available on a pipe right now, without waiting, until the
 /// pipe is empty or closed, or `sink` says stop.
-fn drain(fd: RawFd, mut sink: impl FnMut(&[u8]) -> bool) {
+pub(super) fn drain(fd: RawFd, mut sink: impl FnMut(&[u8]) -> bool) {
     let mut buf = [0u8; 16 * 1024];
     // SAFETY: `fd` is an open pipe owned by the caller for the whole call;
     // fcntl/read on it have no memory-safety preconditions beyond a valid buffer.
@@ -273,7 +273,7 @@ fn drain(fd: RawFd, mut sink: impl FnMut(&[u8]) -> bool) {
 
 /// Streams stderr to tracing line by line (target `plugin_stderr`) and keeps
 /// a tail for error messages.
-struct StderrLog<'a> {
+pub(super) struct StderrLog<'a> {
     plugin: &'a str,
     hook: HookName,
     partial: Vec<u8>,
@@ -282,11 +282,11 @@ struct StderrLog<'a> {
 }
 
 impl<'a> StderrLog<'a> {
-    fn new(plugin: &'a str, hook: HookName) -> Self {
+    pub(super) fn new(plugin: &'a str, hook: HookName) -> Self {
         StderrLog { plugin, hook, partial: Vec::new(), tail: Vec::new(), total: 0 }
     }
 
-    fn feed(&mut self, chunk: &[u8]) {
+    pub(super) fn feed(&mut self, chunk: &[u8]) {
         self.total += chunk.len();
         self.tail.extend_from_slice(chunk);
         if self.tail.len() > 2 * STDERR_TAIL {
@@ -309,7 +309,7 @@ impl<'a> StderrLog<'a> {
         tracing::info!(target: "plugin_stderr", plugin = self.plugin, hook = %self.hook, "{line}");
     }
 
-    fn finish(mut self) -> String {
+    pub(super) fn finish(mut self) -> String {
         if !self.partial.is_empty() {
             let line = std::mem::take(&mut self.partial);
             self.emit(&line);
