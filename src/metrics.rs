@@ -1,5 +1,13 @@
 //! Per plugin, per hook counters and a latency histogram, shared by every
 //! plugin kind. Recording is a short lock; views are computed on demand.
+//!
+//! Persistent workers (spec section 7) add two counters per plugin and hook:
+//! workers replaced after a fault (`worker_respawns`) and calls retried on a
+//! fresh worker (`worker_retries`). The worker pool sits below the engine
+//! and never sees an engine's [`Metrics`], so it records them process-wide
+//! ([`record_worker_event`]); each engine's views show them for the plugins
+//! and hooks it has called (keyed by plugin name: two engines in one process
+//! running plugins of the same name see the sum).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -21,6 +29,41 @@ pub enum CallOutcome {
     Fallback,
     /// Failed, and the failure was passed on (`abort`).
     Failure,
+}
+
+/// A persistent-worker event, counted per plugin and hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerEvent {
+    /// A worker was killed after a fault (timeout, crash, oversized or
+    /// non-JSON reply) and is replaced.
+    Respawn,
+    /// A call was retried on a fresh worker after such a fault.
+    Retry,
+}
+
+/// The persistent-worker counters of one plugin's hook.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct WorkerCounts {
+    respawns: u64,
+    retries: u64,
+}
+
+/// Worker events of the whole process (see the module doc).
+static WORKER_EVENTS: Mutex<BTreeMap<(String, HookName), WorkerCounts>> = Mutex::new(BTreeMap::new());
+
+/// Counts one persistent-worker event of `plugin`'s `hook`.
+pub fn record_worker_event(plugin: &str, hook: HookName, event: WorkerEvent) {
+    let mut events = WORKER_EVENTS.lock().unwrap_or_else(|p| p.into_inner());
+    let counts = events.entry((plugin.to_owned(), hook)).or_default();
+    match event {
+        WorkerEvent::Respawn => counts.respawns += 1,
+        WorkerEvent::Retry => counts.retries += 1,
+    }
+}
+
+/// The worker counters of `plugin`'s `hook` (zero when it never had a fault).
+fn worker_counts(events: &BTreeMap<(String, HookName), WorkerCounts>, plugin: &str, hook: HookName) -> WorkerCounts {
+    events.get(&(plugin.to_owned(), hook)).copied().unwrap_or_default()
 }
 
 #[derive(Debug, Clone, Default)]
@@ -46,6 +89,10 @@ pub struct HookMetrics {
     pub p50_ms: f64,
     pub p90_ms: f64,
     pub p99_ms: f64,
+    /// Persistent workers replaced after a fault.
+    pub worker_respawns: u64,
+    /// Calls retried on a fresh persistent worker.
+    pub worker_retries: u64,
 }
 
 /// LibreFang's flat per-hook view (spec section 9), summed over plugins.
@@ -67,6 +114,10 @@ pub struct HookHistogram {
     pub failures: u64,
     pub fallbacks: u64,
     pub sum_seconds: f64,
+    /// Persistent workers replaced after a fault.
+    pub worker_respawns: u64,
+    /// Calls retried on a fresh persistent worker.
+    pub worker_retries: u64,
     /// `(upper bound in seconds, calls at or under it)`, ascending; the
     /// open last bucket is `calls`.
     pub buckets: Vec<(f64, u64)>,
@@ -100,9 +151,13 @@ impl Metrics {
     /// `plugin -> hook -> metrics`.
     pub fn by_plugin(&self) -> BTreeMap<String, BTreeMap<String, HookMetrics>> {
         let stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        let events = WORKER_EVENTS.lock().unwrap_or_else(|p| p.into_inner());
         let mut out: BTreeMap<String, BTreeMap<String, HookMetrics>> = BTreeMap::new();
         for ((plugin, hook), s) in stats.iter() {
-            out.entry(plugin.clone()).or_default().insert(hook.as_str().to_owned(), view(s));
+            let mut v = view(s);
+            let w = worker_counts(&events, plugin, *hook);
+            (v.worker_respawns, v.worker_retries) = (w.respawns, w.retries);
+            out.entry(plugin.clone()).or_default().insert(hook.as_str().to_owned(), v);
         }
         out
     }
@@ -111,9 +166,11 @@ impl Metrics {
     /// exporters (Prometheus) that aggregate on their side.
     pub fn histograms(&self) -> Vec<HookHistogram> {
         let stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        let events = WORKER_EVENTS.lock().unwrap_or_else(|p| p.into_inner());
         stats
             .iter()
             .map(|((plugin, hook), s)| {
+                let w = worker_counts(&events, plugin, *hook);
                 let mut cumulative = 0;
                 let buckets = BUCKETS_MS
                     .iter()
@@ -131,6 +188,8 @@ impl Metrics {
                     failures: s.failures,
                     fallbacks: s.fallbacks,
                     sum_seconds: s.total_ms / 1e3,
+                    worker_respawns: w.respawns,
+                    worker_retries: w.retries,
                     buckets,
                 }
             })
@@ -179,6 +238,8 @@ fn view(s: &Stats) -> HookMetrics {
         p50_ms: quantile(0.5),
         p90_ms: quantile(0.9),
         p99_ms: quantile(0.99),
+        worker_respawns: 0,
+        worker_retries: 0,
     }
 }
 
@@ -206,5 +267,21 @@ mod tests {
         assert_eq!(h[0].buckets[2], (0.001, 90), "0.8 ms calls fall under the 1 ms bound");
         assert_eq!(h[0].buckets.last().map(|b| b.1), Some(100));
         assert!((h[0].sum_seconds - (90.0 * 0.0008 + 10.0 * 0.04)).abs() < 1e-9);
+        assert_eq!((v.worker_respawns, v.worker_retries), (0, 0));
+    }
+
+    #[test]
+    fn worker_events_show_for_the_hooks_an_engine_called() {
+        let m = Metrics::default();
+        m.record("metrics-test-worker", HookName::Ingest, Duration::from_micros(100), CallOutcome::Success);
+        record_worker_event("metrics-test-worker", HookName::Ingest, WorkerEvent::Respawn);
+        record_worker_event("metrics-test-worker", HookName::Ingest, WorkerEvent::Retry);
+        record_worker_event("metrics-test-worker", HookName::Ingest, WorkerEvent::Respawn);
+        record_worker_event("metrics-test-worker", HookName::Assemble, WorkerEvent::Respawn);
+        let v = &m.by_plugin()["metrics-test-worker"];
+        assert_eq!((v["ingest"].worker_respawns, v["ingest"].worker_retries), (2, 1));
+        assert!(!v.contains_key("assemble"), "only hooks this engine called are shown");
+        let h = m.histograms();
+        assert_eq!((h[0].worker_respawns, h[0].worker_retries), (2, 1));
     }
 }

@@ -13,6 +13,7 @@
 //! - `sidecar`: `ctxhost sidecar` driven with LibreFang's request lines.
 //! - `scaffold`: `ctxhost new` for every runtime, each template run as generated.
 //! - `plugins`: `ctxhost plugin list|install|remove|enable|disable|grant`.
+//! - `workers`: persistent workers: examples in both modes, faults, respawn and retry, leaks, reload.
 
 mod util;
 
@@ -29,3 +30,4 @@ mod sidecar;
 mod stack;
 mod wasm;
 mod wire;
+mod workers;

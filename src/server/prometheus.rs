@@ -23,11 +23,13 @@ type Counter = (&'static str, &'static str, fn(&HookHistogram) -> u64);
 /// The exposition text for `hooks` and the active layers.
 pub(crate) fn render(hooks: &[HookHistogram], layers: &[String]) -> String {
     let mut out = String::new();
-    let counters: [Counter; 4] = [
+    let counters: [Counter; 6] = [
         ("ctxhost_hook_calls_total", "Hook calls per plugin and hook.", |h| h.calls),
         ("ctxhost_hook_successes_total", "Hook calls that answered.", |h| h.successes),
         ("ctxhost_hook_failures_total", "Hook calls that failed (fallbacks included).", |h| h.failures),
         ("ctxhost_hook_fallbacks_total", "Failed hook calls the engine answered with a fallback.", |h| h.fallbacks),
+        ("ctxhost_worker_respawns_total", "Persistent workers replaced after a fault.", |h| h.worker_respawns),
+        ("ctxhost_worker_retries_total", "Calls retried on a fresh persistent worker.", |h| h.worker_retries),
     ];
     for (name, help, value) in counters {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
@@ -79,6 +81,8 @@ mod tests {
         assert!(text.contains("# TYPE ctxhost_hook_calls_total counter\n"), "{text}");
         assert!(text.contains("ctxhost_hook_calls_total{plugin=\"notes\",hook=\"ingest\"} 2\n"), "{text}");
         assert!(text.contains("ctxhost_hook_fallbacks_total{plugin=\"notes\",hook=\"ingest\"} 1\n"), "{text}");
+        assert!(text.contains("# TYPE ctxhost_worker_respawns_total counter\n"), "{text}");
+        assert!(text.contains("ctxhost_worker_retries_total{plugin=\"notes\",hook=\"ingest\"} 0\n"), "{text}");
         assert!(
             text.contains("ctxhost_hook_duration_seconds_bucket{plugin=\"notes\",hook=\"ingest\",le=\"0.00025\"} 0\n")
         );

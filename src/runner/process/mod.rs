@@ -13,6 +13,7 @@ pub mod probe;
 pub mod sandbox;
 pub mod shim;
 mod spawn;
+mod worker;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -26,6 +27,7 @@ pub use env::{EnvInputs, EnvPlan};
 pub use exit::label as exit_label;
 pub use launcher::{CommandLine, Launcher, RuntimeInfo, find_on_path, info as runtime_info};
 pub use oneshot::DEFAULT_OUTPUT_CAP;
+pub use worker::{LOOP_COOLDOWN as WORKER_LOOP_COOLDOWN, LOOP_LIMIT as WORKER_LOOP_LIMIT, MAX_REPLY as WORKER_MAX_REPLY};
 
 use super::{BoxFuture, CallOptions, HookError, Runner};
 use crate::manifest::{Manifest, Runtime, check_hook_path};
@@ -158,18 +160,27 @@ pub struct ProcessPlugin {
     pub confinement: sandbox::Confinement,
 }
 
-/// Runs hooks of one script plugin as one-shot processes.
+/// Runs hooks of one script plugin as one-shot processes, or on persistent
+/// workers (`worker/`) when the plugin sets `persistent_subprocess`.
 #[derive(Debug)]
 pub struct ProcessRunner {
     plugin: ProcessPlugin,
     output_cap: usize,
     /// Bootstrap `env_overrides`, already filtered.
     overrides: RwLock<BTreeMap<String, String>>,
+    /// The persistent workers; stopped when the runner is dropped.
+    workers: Option<worker::Workers>,
 }
 
 impl ProcessRunner {
     pub fn new(plugin: ProcessPlugin) -> Self {
-        ProcessRunner { plugin, output_cap: DEFAULT_OUTPUT_CAP, overrides: RwLock::new(BTreeMap::new()) }
+        let workers = plugin.manifest.settings.persistent_subprocess.then(|| worker::Workers::new(&plugin.manifest));
+        ProcessRunner { plugin, output_cap: DEFAULT_OUTPUT_CAP, overrides: RwLock::new(BTreeMap::new()), workers }
+    }
+
+    /// Pids of the plugin's persistent workers alive now (empty for one-shot plugins).
+    pub fn worker_pids(&self) -> Vec<u32> {
+        self.workers.as_ref().map(worker::Workers::pids).unwrap_or_default()
     }
 
     /// Sets the per-stream output cap (default [`DEFAULT_OUTPUT_CAP`]).
@@ -191,14 +202,18 @@ impl ProcessRunner {
         // Checked on every call: the file may have moved or been replaced by
         // an escaping symlink since load.
         let path = check_hook_path(&manifest.dir, &script.raw)?;
+        let base_secs = options.timeout_secs.unwrap_or(manifest.settings.hook_timeout_secs);
+        let secs = base_secs.saturating_mul(u64::from(hook.timeout_factor()));
+        if let Some(workers) = &self.workers {
+            let timeout = Duration::from_secs(secs);
+            return workers.call(&self.plugin, &self.overrides, request, &path, timeout).await;
+        }
         let command = self.plugin.launcher.command_for(&path).map_err(HookError::Launch)?;
         let tmp = CallTmp::create(&manifest.name).map_err(HookError::Io)?;
         let env = {
             let overrides = self.overrides.read().map(|o| o.clone()).unwrap_or_default();
             self.plugin.env.for_call(request, &overrides, &tmp.0)
         };
-        let base_secs = options.timeout_secs.unwrap_or(manifest.settings.hook_timeout_secs);
-        let secs = base_secs.saturating_mul(u64::from(hook.timeout_factor()));
         let stdin = request.to_json_line();
         let finished = oneshot::run(oneshot::OneShot {
             command: &command,
@@ -240,6 +255,11 @@ impl Runner for ProcessRunner {
     fn set_env_overrides(&self, overrides: BTreeMap<String, String>) -> Vec<String> {
         let (kept, warnings) = self.plugin.env.filter_overrides(overrides);
         if let Ok(mut slot) = self.overrides.write() {
+            if let Some(workers) = &self.workers
+                && *slot != kept
+            {
+                workers.env_changed();
+            }
             *slot = kept;
         }
         warnings

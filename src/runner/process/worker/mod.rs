@@ -1,0 +1,166 @@
+//! Persistent workers (spec section 7, `persistent_subprocess = true`): one
+//! long-lived process per hook script answering one JSON line per request,
+//! instead of one process per call.
+//!
+//! A worker starts exactly like a one-shot call of its script (the shared
+//! spawn builder: same command, cleared environment in spec order with the
+//! `LIBREFANG_*` variables kept, cwd, own process group, confinement), with a
+//! TMPDIR of its own that lives as long as it does. The per-call variables
+//! `LIBREFANG_AGENT_ID` and `LIBREFANG_MESSAGE` are set but empty in a
+//! worker: it serves many agents, and each request line carries both.
+//! Bootstrap `env_overrides` that change the environment retire the workers
+//! started before them (replaced at their next use).
+//!
+//! - `line.rs`: the `line` protocol's reading rule (pure);
+//! - `process.rs`: one worker process (start, exchange, fail, stop);
+//! - `pool.rs`: the workers of one script (`max_workers`, fair queueing, idle
+//!   stop, respawn + one retry, crash-loop fail-fast, metrics events).
+//!
+//! Choices: `prewarm_subprocesses` starts every script's workers at the
+//! plugin's first call, not at load (loading also serves `doctor`, `plugin
+//! list` and install checks, which must not run plugin code); `worker_protocol
+//! = "jsonrpc"` is refused at call time with an error naming the key;
+//! `worker_idle_secs = 0` keeps idle workers until the runner goes; the
+//! runner's one-shot output cap does not apply (a reply line may be 4 MiB).
+//! Dropping the runner (reload, shutdown) stops its workers gracefully.
+
+mod line;
+mod pool;
+mod process;
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::ProcessPlugin;
+use crate::manifest::{Manifest, WorkerProtocol, check_hook_path};
+use crate::protocol::HookRequest;
+use crate::runner::HookError;
+
+pub use pool::{LOOP_COOLDOWN, LOOP_LIMIT};
+pub use process::MAX_REPLY;
+
+/// The workers of one script plugin, one pool per hook script.
+#[derive(Debug)]
+pub(super) struct Workers {
+    max_workers: u32,
+    idle_secs: u64,
+    prewarm: bool,
+    protocol: WorkerProtocol,
+    pools: Mutex<HashMap<PathBuf, Arc<pool::Pool>>>,
+    /// Bumped when bootstrap changes the environment.
+    generation: AtomicU64,
+    prewarmed: AtomicBool,
+}
+
+impl std::fmt::Debug for pool::Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("pids", &self.pids()).finish_non_exhaustive()
+    }
+}
+
+impl Workers {
+    pub(super) fn new(manifest: &Manifest) -> Workers {
+        let s = &manifest.settings;
+        Workers {
+            max_workers: s.max_workers,
+            idle_secs: s.worker_idle_secs,
+            prewarm: s.prewarm_subprocesses,
+            protocol: s.worker_protocol,
+            pools: Mutex::new(HashMap::new()),
+            generation: AtomicU64::new(0),
+            prewarmed: AtomicBool::new(false),
+        }
+    }
+
+    /// The environment changed: workers started before stop at their next use.
+    pub(super) fn env_changed(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Pids of the workers alive now.
+    pub(super) fn pids(&self) -> Vec<u32> {
+        let pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        pools.values().flat_map(|p| p.pids()).collect()
+    }
+
+    fn pool(&self, plugin: &str, script: &Path) -> Arc<pool::Pool> {
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        pools
+            .entry(script.to_owned())
+            .or_insert_with(|| pool::Pool::new(plugin, script.to_owned(), self.max_workers, self.idle_secs))
+            .clone()
+    }
+
+    /// Runs `request` on a worker of `script` (already checked).
+    pub(super) async fn call(
+        &self,
+        plugin: &ProcessPlugin,
+        overrides: &RwLock<BTreeMap<String, String>>,
+        request: &HookRequest,
+        script: &Path,
+        timeout: Duration,
+    ) -> Result<Value, HookError> {
+        let manifest = &plugin.manifest;
+        if self.protocol == WorkerProtocol::Jsonrpc {
+            return Err(HookError::Unsupported(format!(
+                "plugin '{}': `worker_protocol = \"jsonrpc\"` is not supported yet ({}); \
+                 use `worker_protocol = \"line\"` or remove `persistent_subprocess`",
+                manifest.name,
+                manifest.dir.join("plugin.toml").display()
+            )));
+        }
+        let generation = self.generation.load(Ordering::SeqCst);
+        let overrides = overrides.read().map(|o| o.clone()).unwrap_or_default();
+        let hook = request.hook();
+        let start_for = |script: &Path| {
+            let script = script.to_owned();
+            let overrides = &overrides;
+            move || -> Result<process::Start<'_>, HookError> {
+                let command = plugin.launcher.command_for(&script).map_err(HookError::Launch)?;
+                let tmpdir = tempfile::Builder::new()
+                    .prefix(&format!("ctxhost-{}-worker-", manifest.name))
+                    .tempdir()
+                    .map_err(HookError::Io)?
+                    .keep();
+                let mut env = plugin.env.for_call(request, overrides, &tmpdir);
+                blank_first(&mut env, "LIBREFANG_AGENT_ID");
+                blank_first(&mut env, "LIBREFANG_MESSAGE");
+                Ok(process::Start {
+                    command,
+                    cwd: &manifest.dir,
+                    env,
+                    confinement: &plugin.confinement,
+                    tmpdir,
+                    plugin: &manifest.name,
+                    hook,
+                    generation,
+                })
+            }
+        };
+        if self.prewarm && !self.prewarmed.swap(true, Ordering::SeqCst) {
+            let mut scripts: Vec<PathBuf> =
+                manifest.hooks.values().filter_map(|s| check_hook_path(&manifest.dir, &s.raw).ok()).collect();
+            scripts.sort();
+            scripts.dedup();
+            for s in scripts {
+                self.pool(&manifest.name, &s).fill(&start_for(&s));
+            }
+        }
+        let start = start_for(script);
+        self.pool(&manifest.name, script).call(&start, generation, hook, &request.to_json_line(), timeout).await
+    }
+}
+
+/// Empties the first `name` entry: the per-call value, which a worker gets
+/// from each request line instead.
+fn blank_first(env: &mut [(OsString, OsString)], name: &str) {
+    if let Some((_, v)) = env.iter_mut().find(|(k, _)| k == name) {
+        *v = OsString::new();
+    }
+}
