@@ -22,6 +22,7 @@ pub struct HostConfig {
     pub context_engine: ContextEngineConfig,
     pub memory: MemoryConfig,
     pub server: ServerConfig,
+    pub sandbox: SandboxConfig,
 }
 
 impl Default for HostConfig {
@@ -33,6 +34,7 @@ impl Default for HostConfig {
             context_engine: ContextEngineConfig::default(),
             memory: MemoryConfig::default(),
             server: ServerConfig::default(),
+            sandbox: SandboxConfig::default(),
         }
     }
 }
@@ -103,6 +105,23 @@ pub struct ServerConfig {
     pub addr: Option<String>,
 }
 
+/// `[sandbox]`: the script sandbox (spec section 6).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// Refuse to run script hooks when this machine cannot apply the whole
+    /// sandbox (Landlock, network namespace, cgroup limits) [default: false].
+    pub require: bool,
+    /// At most this many processes per hook call, the hook included (0: no limit) [default: 256].
+    pub max_processes: u64,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig { require: false, max_processes: crate::runner::process::sandbox::DEFAULT_MAX_PROCESSES }
+    }
+}
+
 const ENGINE_KEYS: &[&str] = &[
     "plugin",
     "plugin_stack",
@@ -123,7 +142,7 @@ pub struct ConfigError {
 }
 
 const KNOWN_KEYS: &[&str] =
-    &["allowed_env_vars", "plugin_config", "max_concurrent_hooks", "context_engine", "memory", "server"];
+    &["allowed_env_vars", "plugin_config", "max_concurrent_hooks", "context_engine", "memory", "server", "sandbox"];
 
 impl HostConfig {
     /// Reads `file`; a missing file yields the defaults. Returns the config

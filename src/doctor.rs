@@ -38,10 +38,26 @@ pub struct PluginStatus {
     pub missing_binaries: Vec<String>,
 }
 
+/// What the script sandbox can apply on this machine (spec section 6).
+#[derive(Debug, Clone, Serialize)]
+pub struct SandboxStatus {
+    /// `landlock abi 7, netns yes, memory limit cgroup v1, …`.
+    pub summary: String,
+    /// Every part of the policy applies.
+    pub full: bool,
+    /// The parts that do not.
+    pub missing: Vec<String>,
+    /// `[sandbox] require` of config.toml.
+    pub required: bool,
+    #[serde(flatten)]
+    pub features: crate::runner::process::sandbox::Features,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct DoctorReport {
     pub runtimes: Vec<RuntimeStatus>,
     pub plugins: Vec<PluginStatus>,
+    pub sandbox: SandboxStatus,
 }
 
 impl DoctorReport {
@@ -62,7 +78,19 @@ pub fn report(cx: &LoadContext<'_>) -> DoctorReport {
         probes.into_iter().filter_map(|h| h.join().ok()).collect()
     });
     let plugins = plugin_dirs(cx.home.plugins_dir()).iter().map(|dir| check_plugin(dir, cx)).collect();
-    DoctorReport { runtimes, plugins }
+    DoctorReport { runtimes, plugins, sandbox: sandbox_status(cx) }
+}
+
+/// The sandbox features of this machine, as hooks started by this process get them.
+pub fn sandbox_status(cx: &LoadContext<'_>) -> SandboxStatus {
+    let features = crate::runner::process::sandbox::features().clone();
+    SandboxStatus {
+        summary: features.summary(),
+        full: features.full(),
+        missing: features.missing().into_iter().map(str::to_owned).collect(),
+        required: cx.config.sandbox.require,
+        features,
+    }
 }
 
 /// Directories under `plugins_dir` that hold a plugin.toml, sorted by name.

@@ -32,6 +32,8 @@ pub enum LoadError {
     NotAScript(String),
     #[error(transparent)]
     Component(#[from] crate::runner::HookError),
+    #[error(transparent)]
+    Sandbox(#[from] process::sandbox::SandboxError),
 }
 
 /// What loading needs from the host.
@@ -104,29 +106,70 @@ fn script_runner(
         Venv::OfPlugin if manifest.settings.runtime == Runtime::Python => plugin_venv(&manifest, cx, &mut warnings),
         _ => None,
     };
-    let env = env_plan(&manifest, cx, config_file.as_deref(), venv.as_deref());
+    let data_dir = cx.home.data_dir(&manifest.name);
+    let caches = (!manifest.settings.allow_filesystem).then_some(data_dir.as_path());
+    let env = env_plan(&manifest, cx, config_file.as_deref(), venv.as_deref(), caches);
     let launcher = match &venv {
         Some(venv) => process::Launcher::Program { program: crate::registry::venv::python(venv), args: Vec::new() },
         None => process::resolve_launcher(&manifest.settings.runtime, &manifest.dir, env.base(), &cx.home.cache_dir()),
     };
-    Ok((
-        ProcessRunner::new(ProcessPlugin {
-            manifest,
-            launcher,
-            env,
-            confinement: process::sandbox::Confinement::none(),
-        }),
-        warnings,
-    ))
+    let (confinement, sandbox_warnings) = confinement(&manifest, cx, &env, &launcher, venv.as_deref(), &data_dir)?;
+    warnings.extend(sandbox_warnings);
+    Ok((ProcessRunner::new(ProcessPlugin { manifest, launcher, env, confinement }), warnings))
 }
 
-fn env_plan(manifest: &Manifest, cx: &LoadContext<'_>, config_file: Option<&Path>, venv: Option<&Path>) -> EnvPlan {
+/// The plugin's sandbox, from its effective privileges (after the grant) and
+/// what the hook will run: its HOME, launcher, virtual environment and the
+/// runtime's passthrough path variables.
+fn confinement(
+    manifest: &Manifest,
+    cx: &LoadContext<'_>,
+    env: &EnvPlan,
+    launcher: &process::Launcher,
+    venv: Option<&Path>,
+    data_dir: &Path,
+) -> Result<(process::sandbox::Confinement, Vec<String>), LoadError> {
+    let base = env.base();
+    let var = |name: &str| base.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    let path_vars = ["PYTHONPATH", "NODE_PATH", "RUBYLIB", "GEM_HOME", "GEM_PATH", "VIRTUAL_ENV"]
+        .iter()
+        .filter_map(|name| var(name))
+        .flat_map(|v| std::env::split_paths(&v).collect::<Vec<_>>())
+        .filter(|p| p.is_absolute())
+        .collect();
+    let home = var("HOME").map(PathBuf::from);
+    let program = match launcher {
+        process::Launcher::Program { program, .. } => Some(program.as_path()),
+        _ => None,
+    };
+    Ok(process::sandbox::Confinement::for_plugin(process::sandbox::Inputs {
+        plugin: &manifest.name,
+        settings: &manifest.settings,
+        plugin_dir: &manifest.dir,
+        data_dir,
+        user_home: home.as_deref(),
+        launcher: program,
+        venv,
+        path_vars,
+        max_processes: cx.config.sandbox.max_processes,
+        require: cx.config.sandbox.require,
+    })?)
+}
+
+fn env_plan(
+    manifest: &Manifest,
+    cx: &LoadContext<'_>,
+    config_file: Option<&Path>,
+    venv: Option<&Path>,
+    cache_dir: Option<&Path>,
+) -> EnvPlan {
     EnvPlan::new(EnvInputs {
         manifest,
         passthrough: process::runtime_info(&manifest.settings.runtime).passthrough,
         allowed_env_vars: &cx.config.allowed_env_vars,
         config_file,
         venv,
+        cache_dir,
         host: cx.host_env,
     })
 }
@@ -154,7 +197,7 @@ fn plugin_venv(manifest: &Manifest, cx: &LoadContext<'_>, warnings: &mut Vec<Str
 /// sees it, version-manager shims seen through). `ctxhost plugin install`
 /// builds a python plugin's environment with it.
 pub fn system_launcher(manifest: &Manifest, cx: &LoadContext<'_>) -> process::Launcher {
-    let env = env_plan(manifest, cx, None, None);
+    let env = env_plan(manifest, cx, None, None, None);
     process::resolve_launcher(&manifest.settings.runtime, &manifest.dir, env.base(), &cx.home.cache_dir())
 }
 

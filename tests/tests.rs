@@ -13,6 +13,7 @@
 //! - `sidecar`: `ctxhost sidecar` driven with LibreFang's request lines.
 //! - `scaffold`: `ctxhost new` for every runtime, each template run as generated.
 //! - `plugins`: `ctxhost plugin list|install|remove|enable|disable|grant`.
+//! - `sandbox`: the script sandbox (Landlock, network namespace, cgroup limits), as root and unprivileged.
 //! - `workers`: persistent workers: examples in both modes, faults, respawn and retry, leaks, reload.
 
 mod util;
@@ -24,6 +25,7 @@ mod limits;
 mod manifest;
 mod plugins;
 mod runtimes;
+mod sandbox;
 mod scaffold;
 mod server;
 mod sidecar;

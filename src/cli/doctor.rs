@@ -19,9 +19,10 @@ use crate::plugin::LoadContext;
 #[command(after_help = "\
 Examples:
   ctxhost doctor
-  ctxhost doctor --json | jq '.plugins[] | select(.hooks_valid | not)'")]
+  ctxhost doctor --json | jq '.plugins[] | select(.hooks_valid | not)'
+  ctxhost doctor --json | jq .sandbox")]
 pub struct DoctorArgs {
-    /// Print the report as JSON (`{\"runtimes\":[…],\"plugins\":[…]}`, LibreFang's shape)
+    /// Print the report as JSON (`{\"runtimes\":[…],\"plugins\":[…],\"sandbox\":{…}}`, LibreFang's shape plus `sandbox`)
     #[arg(long)]
     json: bool,
 }
@@ -53,6 +54,18 @@ fn write_text(out: &mut impl Write, report: &DoctorReport, home: &Home) -> std::
         };
         writeln!(out, "  {mark} {:<7} {detail}", r.runtime)?;
     }
+    let sandbox = &report.sandbox;
+    let state = if sandbox.full {
+        "full".to_owned()
+    } else if sandbox.required {
+        format!(
+            "partial, and config.toml requires it whole: script hooks will not run (missing {})",
+            sandbox.missing.join(", ")
+        )
+    } else {
+        format!("partial (missing {})", sandbox.missing.join(", "))
+    };
+    writeln!(out, "\nsandbox: {}  [{state}]", sandbox.summary)?;
     writeln!(out, "\nPlugins in {}", home.plugins_dir().display())?;
     if report.plugins.is_empty() {
         writeln!(out, "  (none)")?;

@@ -4,7 +4,9 @@
 //!
 //! Order: `LIBREFANG_AGENT_ID`, `LIBREFANG_MESSAGE`, `LIBREFANG_RUNTIME`;
 //! `PATH`, `HOME`; the runtime's passthrough variables; the host's
-//! `allowed_env_vars`; a python plugin's virtual environment (`VIRTUAL_ENV`,
+//! `allowed_env_vars`; with the filesystem confined, the runtime's caches
+//! moved into the plugin's data dir (`GOCACHE`, `GOPATH`, `GOMODCACHE`,
+//! `npm_config_cache`, `DENO_DIR`, …); a python plugin's virtual environment (`VIRTUAL_ENV`,
 //! its `bin` first on `PATH`); the plugin's `[env]`; bootstrap `env_overrides` (never
 //! over `[env]`); `LIBREFANG_PLUGIN_CONFIG`; `LIBREFANG_MAX_MEMORY_MB`; with
 //! network denied, the proxy variables and `LIBREFANG_SANDBOX=1`; last the
@@ -57,6 +59,9 @@ pub struct EnvInputs<'a> {
     pub config_file: Option<&'a Path>,
     /// The plugin's virtual environment, when its hooks run in one.
     pub venv: Option<&'a Path>,
+    /// Where the runtime's caches go when the filesystem is confined (the
+    /// plugin's data dir); `None` leaves them where the runtime puts them.
+    pub cache_dir: Option<&'a Path>,
     pub host: &'a dyn Fn(&str) -> Option<OsString>,
 }
 
@@ -73,6 +78,9 @@ impl EnvPlan {
         from_host("HOME");
         i.passthrough.iter().for_each(|n| from_host(n));
         i.allowed_env_vars.iter().filter(|n| valid_env_name(n)).for_each(|n| from_host(n));
+        if let Some(dir) = i.cache_dir {
+            base.extend(runtime_caches(&settings.runtime, dir));
+        }
         if let Some(venv) = i.venv {
             // What `activate` does: the environment's bin first on PATH.
             let bin = venv.join("bin");
@@ -160,6 +168,20 @@ impl EnvPlan {
     }
 }
 
+/// The cache variables of a runtime, pointed into `dir` (a confined hook
+/// cannot write `~/.cache`, `~/go` or `~/.npm`).
+fn runtime_caches(runtime: &crate::manifest::Runtime, dir: &Path) -> Pairs {
+    use crate::manifest::Runtime;
+    let at = |k: &str, sub: &str| (OsString::from(k), dir.join(sub).into_os_string());
+    match runtime {
+        Runtime::Go => vec![at("GOCACHE", "cache/go-build"), at("GOPATH", "go"), at("GOMODCACHE", "go/pkg/mod")],
+        Runtime::Node => vec![at("npm_config_cache", "cache/npm")],
+        Runtime::Deno => vec![at("DENO_DIR", "cache/deno")],
+        Runtime::Bun => vec![at("BUN_INSTALL_CACHE_DIR", "cache/bun"), at("XDG_CACHE_HOME", "cache")],
+        _ => Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,6 +214,7 @@ mod tests {
             allowed_env_vars: &allowed,
             config_file: Some(Path::new("/cfg.json")),
             venv: None,
+            cache_dir: None,
             host: &host,
         });
         (dir, plan)

@@ -1,6 +1,8 @@
 //! How a hook process is started — the one place for one-shot calls and
 //! persistent workers alike, so both get exactly the same cleared
-//! environment, working directory, own process group and (later) sandbox.
+//! environment, working directory, own process group and sandbox (the
+//! plugin's [`Confinement`], prepared per process: cgroup made, Landlock
+//! ruleset built; the child only runs syscalls before exec).
 //!
 //! This module builds the command; it never waits for, reads from or kills
 //! the process (that is the caller's: `oneshot`, the worker pool).
@@ -34,10 +36,11 @@ pub struct Spawned {
 
 /// Starts the process: cleared environment, `cwd`, its own process group
 /// (its pid is the group id), all three standard streams piped, killed if
-/// the handle is dropped.
+/// the handle is dropped, confined as the plugin's [`Confinement`] says.
 ///
 /// # Errors
-/// [`HookError::Spawn`] naming the program.
+/// [`HookError::Spawn`] naming the program, also when the confinement
+/// cannot be set up (a hook never runs less confined than decided).
 pub fn spawn(spec: SpawnSpec<'_>) -> Result<Spawned, HookError> {
     let mut cmd = tokio::process::Command::new(&spec.command.program);
     cmd.args(&spec.command.args)
@@ -49,7 +52,15 @@ pub fn spawn(spec: SpawnSpec<'_>) -> Result<Spawned, HookError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let _ = (spec.confinement, spec.tmpdir);
-    let child = cmd.spawn().map_err(|source| HookError::Spawn { program: spec.command.program.clone(), source })?;
-    Ok(Spawned { child, cleanup: Cleanup::default() })
+    let spawn_error = |source| HookError::Spawn { program: spec.command.program.clone(), source };
+    let (steps, cleanup) = spec.confinement.prepare(spec.tmpdir).map_err(spawn_error)?;
+    if let Some(mut steps) = steps {
+        // SAFETY: `apply` only makes syscalls on fds and buffers prepared
+        // above (no allocation on success, no locks), as pre_exec requires.
+        unsafe {
+            cmd.pre_exec(move || steps.apply());
+        }
+    }
+    let child = cmd.spawn().map_err(spawn_error)?;
+    Ok(Spawned { child, cleanup })
 }

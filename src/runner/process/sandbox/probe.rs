@@ -1,0 +1,190 @@
+//! What this kernel and this user can confine with, found once per process:
+//! the Landlock ABI, whether a network namespace can be made, which cgroup
+//! hierarchies take a per-call cgroup (memory, pids, and a v2 one to kill
+//! with `cgroup.kill`).
+//!
+//! Probing only looks and tries (a throwaway cgroup made and removed, a
+//! forked child that unshares and exits); it never changes the host's own
+//! confinement.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde::Serialize;
+
+use super::cgroup::Bases;
+
+/// The sandbox features available to this process.
+#[derive(Debug, Clone, Serialize)]
+pub struct Features {
+    /// Landlock ABI version; 0 when Landlock is missing or disabled.
+    pub landlock_abi: i32,
+    /// A fresh network namespace can be made (a user namespace with it when not root).
+    pub netns: bool,
+    /// A user namespace can be made (only needed when not root).
+    pub userns: bool,
+    /// Running as root (euid 0): cgroups may be written, rlimits do not bind.
+    pub root: bool,
+    /// Where per-call cgroups go.
+    #[serde(skip)]
+    pub cgroups: Bases,
+    /// How memory is limited: `cgroup v2`, `cgroup v1` or `rlimit`.
+    pub memory_limit: &'static str,
+    /// How the process count is limited: `cgroup v2`, `cgroup v1`, `rlimit`
+    /// (per user namespace) or `none`.
+    pub process_limit: &'static str,
+    /// How a call's leftovers (escaped its process group) are killed:
+    /// `cgroup v2`, `cgroup v1` or `none` (process group only).
+    pub kill: &'static str,
+}
+
+impl Features {
+    /// Every part of the policy can be applied.
+    pub fn full(&self) -> bool {
+        self.missing().is_empty()
+    }
+
+    /// The parts of the policy this machine cannot apply, in words.
+    pub fn missing(&self) -> Vec<&'static str> {
+        let mut missing = Vec::new();
+        if self.landlock_abi < 1 {
+            missing.push("landlock (filesystem confinement)");
+        }
+        if !self.netns {
+            missing.push("network namespace");
+        }
+        if !self.memory_limit.starts_with("cgroup") {
+            missing.push("cgroup memory limit");
+        }
+        if !self.process_limit.starts_with("cgroup") {
+            missing.push("cgroup process limit");
+        }
+        if self.kill == "none" {
+            missing.push("cgroup kill of escaped processes");
+        }
+        missing
+    }
+
+    /// One line: `landlock abi 7, netns yes, cgroup v1 memory+pids, kill cgroup v2`.
+    pub fn summary(&self) -> String {
+        let landlock =
+            if self.landlock_abi > 0 { format!("landlock abi {}", self.landlock_abi) } else { "landlock no".into() };
+        let netns = match (self.netns, self.root) {
+            (true, true) => "netns yes",
+            (true, false) => "netns yes (user namespace)",
+            (false, _) => "netns no",
+        };
+        format!(
+            "{landlock}, {netns}, memory limit {}, process limit {}, kill {}",
+            self.memory_limit, self.process_limit, self.kill
+        )
+    }
+}
+
+/// The features of this process, probed on first use.
+pub fn features() -> &'static Features {
+    static FEATURES: OnceLock<Features> = OnceLock::new();
+    FEATURES.get_or_init(|| {
+        let features = probe();
+        if !features.full() {
+            tracing::warn!(
+                "the script sandbox is partial on this machine ({}): missing {}",
+                features.summary(),
+                features.missing().join(", ")
+            );
+        }
+        features
+    })
+}
+
+fn probe() -> Features {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let landlock_abi = landlock_abi();
+    let userns = !root && can_unshare(libc::CLONE_NEWUSER);
+    let netns = if root { can_unshare(libc::CLONE_NEWNET) } else { userns && can_unshare_user_net() };
+    let cgroups = Bases::probe(Path::new("/proc/self/mountinfo"), Path::new("/proc/self/cgroup"));
+    let memory_limit = if cgroups.v2_memory {
+        "cgroup v2"
+    } else if cgroups.v1_memory.is_some() {
+        "cgroup v1"
+    } else {
+        "rlimit"
+    };
+    let process_limit = if cgroups.v2_pids {
+        "cgroup v2"
+    } else if cgroups.v1_pids.is_some() {
+        "cgroup v1"
+    } else if userns {
+        "rlimit"
+    } else {
+        "none"
+    };
+    let kill = if cgroups.v2.is_some() {
+        "cgroup v2"
+    } else if cgroups.v1_pids.is_some() || cgroups.v1_memory.is_some() {
+        "cgroup v1"
+    } else {
+        "none"
+    };
+    Features { landlock_abi, netns, userns, root, cgroups, memory_limit, process_limit, kill }
+}
+
+/// `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`.
+fn landlock_abi() -> i32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a null attribute, size 0 and the VERSION flag the call
+    // only returns the ABI version (or -1).
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    i32::try_from(abi).unwrap_or(0).max(0)
+}
+
+/// Whether a forked child can `unshare(flags)`.
+fn can_unshare(flags: libc::c_int) -> bool {
+    in_child(|| {
+        // SAFETY: unshare only changes the (forked, single-threaded) child.
+        unsafe { libc::unshare(flags) == 0 }
+    })
+}
+
+/// Whether a forked child can make a user namespace and, in it, a network namespace.
+fn can_unshare_user_net() -> bool {
+    in_child(|| {
+        // SAFETY: as above.
+        unsafe { libc::unshare(libc::CLONE_NEWUSER) == 0 && libc::unshare(libc::CLONE_NEWNET) == 0 }
+    })
+}
+
+/// Runs `test` in a forked child (syscalls only) and returns its answer.
+fn in_child(test: impl Fn() -> bool) -> bool {
+    // SAFETY: the child runs only `test` (raw syscalls, no allocation, no
+    // locks) and leaves with _exit; the parent waits for it by pid.
+    unsafe {
+        let pid = libc::fork();
+        if pid < 0 {
+            return false;
+        }
+        if pid == 0 {
+            libc::_exit(if test() { 0 } else { 1 });
+        }
+        let mut status = 0;
+        while libc::waitpid(pid, &mut status, 0) < 0 {
+            if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                return false;
+            }
+        }
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+    }
+}
+
+/// A path made from a mount point and a cgroup path (`/a/b` → `<mount>/a/b`).
+pub(super) fn join_cgroup(mount: &Path, cgroup: &str) -> PathBuf {
+    mount.join(cgroup.trim_start_matches('/'))
+}

@@ -1,0 +1,396 @@
+//! The script sandbox (spec section 6) through the real `ctxhost hook`:
+//! Landlock keeps a hook inside its dirs, a network namespace off the host's
+//! network, a per-call cgroup (or rlimits) bounds memory and processes and
+//! kills what escaped the process group. The core cases run again as an
+//! unprivileged user (uid 65534) when the tests run as root.
+
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::util::{TestPlugin, ctxhost, is_dead, reply, require_program, stderr, write};
+
+/// The memories' contents of an ingest reply.
+fn contents(r: &Value) -> Vec<String> {
+    r["memories"]
+        .as_array()
+        .map(|a| a.iter().map(|m| m["content"].as_str().unwrap_or("").to_owned()).collect())
+        .unwrap_or_default()
+}
+
+/// A bash ingest hook that reports lines as memories: `body` prints one
+/// line per finding on stdout before the reply is built.
+fn bash_probe(body: &str, extra_manifest: &str) -> TestPlugin {
+    let script = format!(
+        "exec 9>&1 1>\"$TMPDIR/lines\"\n{body}\nexec 1>&9\nprintf '{{\"memories\":['\nsep=\nwhile IFS= read -r l; do printf '%s{{\"content\":\"%s\"}}' \"$sep\" \"$l\"; sep=,; done < \"$TMPDIR/lines\"\necho ']}}'\n"
+    );
+    TestPlugin::bash("ingest", &script, extra_manifest)
+}
+
+/// Runs an ingest through `ctxhost hook` with the user's HOME at `home`.
+fn ingest(p: &TestPlugin, home: &Path) -> Vec<String> {
+    let a = p.cmd().env("HOME", home).args(["hook", p.dir.to_str().unwrap(), "ingest"]).write_stdin("{}").assert();
+    let a = a.success();
+    contents(&reply(&a))
+}
+
+/// A user HOME with secrets in it.
+fn user_home(root: &Path) -> PathBuf {
+    let home = root.join("user");
+    write(&home.join(".ssh/id_rsa"), "-----BEGIN OPENSSH PRIVATE KEY----- secret\n");
+    write(&home.join(".aws/credentials"), "[default]\naws_secret_access_key = secret\n");
+    home
+}
+
+#[test]
+fn a_hook_writes_only_inside_its_own_dirs() {
+    let p = bash_probe(
+        "for f in \"$OUTSIDE/escaped\" \"$CTXHOME/grants.toml\" \"$CTXHOME/plugins/other/x\" \"$HOME/.bashrc-x\" \
+         ./own \"$TMPDIR/tmp\" \"$LIBREFANG_DATA/data\" \"$HOME/.librefang/plugins/t/state\" \"$HOME/.librefang/logs/t.log\"; do\n\
+         if echo x 2>/dev/null > \"$f\"; then echo \"wrote $f\"; else echo \"denied $f\"; fi\ndone\n\
+         echo x > /dev/null && echo 'wrote /dev/null'",
+        "",
+    );
+    let home = user_home(p.root.path());
+    let outside = p.root.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::create_dir_all(p.home.join("plugins/other")).unwrap();
+    let data = p.home.join("data/t");
+    let manifest = std::fs::read_to_string(p.dir.join("plugin.toml")).unwrap().replace(
+        "[hooks]",
+        &format!(
+            "[env]\nOUTSIDE = \"{}\"\nCTXHOME = \"{}\"\nLIBREFANG_DATA = \"{}\"\n[hooks]",
+            outside.display(),
+            p.home.display(),
+            data.display()
+        ),
+    );
+    write(&p.dir.join("plugin.toml"), &manifest);
+    let lines = ingest(&p, &home);
+    let denied: Vec<&str> = lines.iter().filter_map(|l| l.strip_prefix("denied ")).collect();
+    let wrote: Vec<&str> = lines.iter().filter_map(|l| l.strip_prefix("wrote ")).collect();
+    assert_eq!(denied.len(), 4, "{lines:?}");
+    assert_eq!(wrote.len(), 6, "own dir, TMPDIR, data dir, LibreFang store and log, /dev/null: {lines:?}");
+    assert!(!outside.join("escaped").exists());
+    assert!(!home.join(".bashrc-x").exists());
+    assert!(!p.home.join("plugins/other/x").exists());
+    assert!(std::fs::read_to_string(p.home.join("grants.toml")).unwrap().contains("[plugins.t]"));
+    assert!(p.dir.join("own").exists() && data.join("data").exists());
+    assert!(home.join(".librefang/plugins/t/state").exists() && home.join(".librefang/logs/t.log").exists());
+}
+
+#[test]
+fn secrets_in_home_cannot_be_read() {
+    let p = bash_probe(
+        "for f in \"$HOME/.ssh/id_rsa\" \"$HOME/.aws/credentials\" /etc/hostname; do\n\
+         if cat \"$f\" >/dev/null 2>&1; then echo \"read $f\"; else echo \"denied $f\"; fi\ndone\n\
+         ls \"$HOME\" >/dev/null 2>&1 && echo 'listed home'",
+        "",
+    );
+    let home = user_home(p.root.path());
+    let lines = ingest(&p, &home);
+    let expected = [
+        format!("denied {}/.ssh/id_rsa", home.display()),
+        format!("denied {}/.aws/credentials", home.display()),
+        "read /etc/hostname".to_owned(),
+    ];
+    assert_eq!(lines, expected, "system files readable, the home's secrets and listing not");
+}
+
+/// A listener of the test (host network) and a hook that connects to it.
+fn connect_probe(extra_manifest: &str) -> (TestPlugin, TcpListener) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let p = bash_probe(
+        &format!(
+            "if (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null; then echo connected; else echo refused; fi\n\
+             ip -o link 2>/dev/null | wc -l"
+        ),
+        extra_manifest,
+    );
+    (p, listener)
+}
+
+#[test]
+fn network_is_denied_unless_granted() {
+    let (denied, listener) = connect_probe("");
+    let home = user_home(denied.root.path());
+    let lines = ingest(&denied, &home);
+    assert_eq!(lines[0], "refused", "{lines:?}");
+    listener.set_nonblocking(true).unwrap();
+    assert!(listener.accept().is_err(), "nothing reached the listener");
+
+    // Granted on first load (the manifest asks, nothing was recorded yet).
+    let (allowed, listener) = connect_probe("allow_network = true");
+    let lines = ingest(&allowed, &home);
+    assert_eq!(lines[0], "connected", "{lines:?}");
+    listener.set_nonblocking(true).unwrap();
+    assert!(listener.accept().is_ok());
+}
+
+#[test]
+fn a_memory_bomb_is_stopped_by_max_memory_mb() {
+    // bash builds a 100 MB string.
+    let body = "s=$(printf '%*s' 100000000 '') && echo \"built ${#s}\"";
+    let bomb = bash_probe(body, "max_memory_mb = 32");
+    let home = user_home(bomb.root.path());
+    let a =
+        bomb.cmd().env("HOME", &home).args(["hook", bomb.dir.to_str().unwrap(), "ingest"]).write_stdin("{}").assert();
+    let out = a.get_output();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("built 100000000"), "the limit did not bind: {text} {}", stderr(&a));
+
+    // The same hook with room to spare builds it: the limit is what stopped it.
+    let roomy = bash_probe(body, "max_memory_mb = 2048");
+    assert_eq!(ingest(&roomy, &home), ["built 100000000"]);
+}
+
+/// Python forking up to 60 children that leave the process group with
+/// `setsid` and sleep; it reports how many it got and their pids.
+const FORKER: &str = r#"
+import json, os, sys, time
+pids = []
+for _ in range(60):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        os.setsid()
+        time.sleep(120)
+        os._exit(0)
+    pids.append(pid)
+print(json.dumps({"memories": [{"content": str(len(pids))}] + [{"content": str(p)} for p in pids]}))
+"#;
+
+#[test]
+fn processes_are_bounded_and_escapees_die_with_the_call() {
+    require_program("python3", "python3");
+    let manifest = "name = \"forker\"\nversion = \"1\"\n[hooks]\nruntime = \"python\"\ningest = \"hooks/fork.py\"\n";
+    let p = TestPlugin::new("forker", &[("plugin.toml", manifest), ("hooks/fork.py", FORKER)]);
+    write(&p.home.join("config.toml"), "[sandbox]\nmax_processes = 20\n");
+    let lines = ingest(&p, &user_home(p.root.path()));
+    let started: usize = lines[0].parse().unwrap();
+    assert!(started < 20, "at most 20 processes per call, the hook included: {started}");
+    assert!(started > 0, "some forks succeed: {lines:?}");
+    let pids: Vec<i32> = lines[1..].iter().map(|l| l.parse().unwrap()).collect();
+    let alive: Vec<i32> = pids.iter().copied().filter(|&pid| !is_dead(pid)).collect();
+    assert!(alive.is_empty(), "children that called setsid outlived the call: {alive:?}");
+
+    // Without a process limit (0) all 60 start, and still all die.
+    write(&p.home.join("config.toml"), "[sandbox]\nmax_processes = 0\n");
+    let lines = ingest(&p, &user_home(p.root.path()));
+    assert_eq!(lines[0], "60");
+    assert!(lines[1..].iter().all(|pid| is_dead(pid.parse().unwrap())));
+}
+
+#[test]
+fn a_hook_that_grants_itself_the_filesystem_stays_confined() {
+    let p = bash_probe(
+        "sed -i 's/^allow_filesystem = false/allow_filesystem = true/' plugin.toml && echo rewrote\n\
+         if echo x 2>/dev/null > \"$OUTSIDE/escaped\"; then echo wrote; else echo denied; fi",
+        "allow_filesystem = false\n[env]\nOUTSIDE = \"OUT\"",
+    );
+    let outside = p.root.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let manifest = std::fs::read_to_string(p.dir.join("plugin.toml")).unwrap();
+    write(&p.dir.join("plugin.toml"), &manifest.replace("\"OUT\"", &format!("\"{}\"", outside.display())));
+    let home = user_home(p.root.path());
+    assert_eq!(ingest(&p, &home), ["rewrote", "denied"]);
+    assert!(std::fs::read_to_string(p.dir.join("plugin.toml")).unwrap().contains("allow_filesystem = true"));
+
+    // The next call loads the rewritten manifest: the grant still says no.
+    let a = p
+        .cmd()
+        .env("HOME", &home)
+        .args(["hook", p.dir.to_str().unwrap(), "ingest"])
+        .write_stdin("{}")
+        .assert()
+        .success();
+    assert!(stderr(&a).contains("asks for more than it was granted (allow_filesystem)"), "{}", stderr(&a));
+    assert_eq!(contents(&reply(&a)), ["rewrote", "denied"]);
+    assert!(!outside.join("escaped").exists());
+}
+
+#[test]
+fn librefang_style_plugins_keep_their_state_and_logs_sandboxed() {
+    require_program("python3", "python3");
+    let root = tempfile::tempdir().unwrap();
+    let plugins = root.path().join("plugins");
+    crate::util::librefang_fixture("notes", &plugins);
+    crate::util::librefang_fixture("agentlog", &plugins);
+    let home = user_home(root.path());
+    let ctx = root.path().join("ctxhost");
+    let run = |plugin: &str, hook: &str, input: Value| {
+        let a = ctxhost()
+            .env("HOME", &home)
+            .arg("--home")
+            .arg(&ctx)
+            .args(["hook", plugins.join(plugin).to_str().unwrap(), hook])
+            .write_stdin(input.to_string())
+            .assert()
+            .success();
+        reply(&a)
+    };
+    let turn = json!({"agent_id": "a1", "messages": [{"role": "user", "content": "My garden has basil"}]});
+    for plugin in ["notes", "agentlog"] {
+        assert_eq!(run(plugin, "after_turn", turn.clone()), json!({"type": "ok"}));
+    }
+    let ask = json!({"agent_id": "a1", "message": "what grows in my garden?"});
+    assert_eq!(contents(&run("notes", "ingest", ask.clone())), ["note: My garden has basil"]);
+    assert_eq!(contents(&run("agentlog", "ingest", ask)), ["turns so far: 1"]);
+    assert!(home.join(".librefang/plugins/notes/store.json").is_file());
+    assert!(home.join(".librefang/plugins/agentlog/a1.count").is_file());
+}
+
+#[test]
+fn go_caches_move_into_the_data_dir() {
+    require_program("go", "golang-go");
+    let p = crate::util::example("go-memory");
+    let home = user_home(p.root.path());
+    let a = p
+        .cmd()
+        .env("HOME", &home)
+        .args(["hook", p.dir.to_str().unwrap(), "ingest"])
+        .write_stdin(r#"{"agent_id":"a","message":"garden"}"#)
+        .assert()
+        .success();
+    assert_eq!(reply(&a)["type"], "ingest_result");
+    assert!(p.home.join("data/go-memory/cache/go-build").is_dir(), "GOCACHE is in the plugin's data dir");
+    assert!(!home.join(".cache/go-build").exists());
+}
+
+#[test]
+fn doctor_reports_the_sandbox() {
+    let home = tempfile::tempdir().unwrap();
+    let out = ctxhost().arg("--home").arg(home.path()).args(["doctor", "--json"]).output().unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sandbox = &report["sandbox"];
+    assert!(sandbox["summary"].as_str().unwrap().contains("landlock"), "{sandbox}");
+    assert!(sandbox["landlock_abi"].is_i64() && sandbox["netns"].is_boolean(), "{sandbox}");
+    let out = ctxhost().arg("--home").arg(home.path()).arg("doctor").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\nsandbox: landlock"));
+}
+
+/// The core cases again as uid 65534, with a tree that user owns. Skipped
+/// (with a note) only when the tests themselves do not run as root: then
+/// the cases above already ran unprivileged.
+#[test]
+fn the_core_cases_hold_for_an_unprivileged_user() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: the other sandbox tests already ran unprivileged");
+        return;
+    }
+    require_program("setpriv", "util-linux");
+    let root = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = user_home(root.path());
+    let plugins = root.path().join("plugins");
+    let outside = root.path().join("outside");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let script = format!(
+        "{{\n\
+         if echo x 2>/dev/null > \"{out}/escaped\"; then echo wrote-outside; else echo denied-outside; fi\n\
+         if cat \"$HOME/.ssh/id_rsa\" >/dev/null 2>&1; then echo read-ssh; else echo denied-ssh; fi\n\
+         if echo x 2>/dev/null > \"$HOME/.librefang/plugins/t/state\"; then echo wrote-store; else echo denied-store; fi\n\
+         if (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null; then echo connected; else echo refused; fi\n\
+         id -u\n\
+         }} > \"$TMPDIR/r\" 2>/dev/null\n\
+         printf '{{\"memories\":[{{\"content\":\"%s\"}}]}}\\n' \"$(tr '\\n' ' ' < \"$TMPDIR/r\")\"\n",
+        out = outside.display()
+    );
+    write(
+        &plugins.join("t/plugin.toml"),
+        "name = \"t\"\nversion = \"1\"\n[hooks]\nruntime = \"bash\"\ningest = \"hook.sh\"\n",
+    );
+    write(&plugins.join("t/hook.sh"), &script);
+    let bomb = "s=$(printf '%*s' 100000000 '') && echo built\necho '{\"memories\":[]}'\n";
+    write(
+        &plugins.join("bomb/plugin.toml"),
+        "name = \"bomb\"\nversion = \"1\"\nmax_memory_mb = 32\n[hooks]\nruntime = \"bash\"\ningest = \"hook.sh\"\n",
+    );
+    write(&plugins.join("bomb/hook.sh"), bomb);
+    std::fs::create_dir_all(&outside).unwrap();
+    let ctx = root.path().join("ctxhost");
+    std::fs::create_dir_all(&ctx).unwrap();
+    chown_tree(root.path());
+
+    let bin = assert_cmd::cargo::cargo_bin("ctxhost");
+    let as_nobody = |plugin: &str, config: &str| {
+        write(&ctx.join("config.toml"), config);
+        chown_tree(&ctx);
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(&bin)
+            .arg("--home")
+            .arg(&ctx)
+            .args(["hook", plugins.join(plugin).to_str().unwrap(), "ingest"])
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", &home)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                child.stdin.take().unwrap().write_all(b"{}\n")?;
+                child.wait_with_output()
+            })
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+
+    let (ok, out, err) = as_nobody("t", "");
+    assert!(ok, "{out}\n{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    let seen = contents(&r).join("");
+    assert_eq!(
+        seen.split_whitespace().collect::<Vec<_>>(),
+        ["denied-outside", "denied-ssh", "wrote-store", "refused", "65534"],
+        "{err}"
+    );
+    assert!(!outside.join("escaped").exists());
+    listener.set_nonblocking(true).unwrap();
+    assert!(listener.accept().is_err());
+
+    let (_, out, err) = as_nobody("bomb", "");
+    assert!(!out.contains("built"), "memory limit as an unprivileged user: {out} {err}");
+
+    // `require = true` refuses exactly when this user's sandbox is partial.
+    let doctor = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&bin)
+        .arg("--home")
+        .arg(&ctx)
+        .args(["doctor", "--json"])
+        .env("HOME", &home)
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    let full = report["sandbox"]["full"].as_bool().unwrap();
+    let (ok, _, err) = as_nobody("t", "[sandbox]\nrequire = true\n");
+    assert_eq!(ok, full, "{err}");
+    if !full {
+        assert!(err.contains("`[sandbox] require = true`"), "{err}");
+    }
+    assert_eq!(std::fs::read_to_string(home.join(".librefang/plugins/t/state")).unwrap(), "x\n");
+}
+
+/// Gives the tree to uid/gid 65534.
+fn chown_tree(dir: &Path) {
+    std::os::unix::fs::chown(dir, Some(65534), Some(65534)).unwrap();
+    if dir.is_dir() {
+        for e in std::fs::read_dir(dir).unwrap() {
+            chown_tree(&e.unwrap().path());
+        }
+    }
+}
