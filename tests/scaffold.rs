@@ -218,7 +218,8 @@ fn v_template_has_the_v_command_shape() {
     // A stand-in `v` first on PATH: it records its arguments and cwd, then answers.
     let bin = p.root.path().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
-    let log = p.root.path().join("v-args");
+    // In the plugin's own dir: the sandbox lets a hook write there.
+    let log = p.dir.join("v-args");
     let fake = format!(
         "#!/bin/sh\nprintf '%s\\n' \"$PWD\" \"$@\" > '{}'\necho '{{\"type\":\"ingest_result\",\"memories\":[]}}'\n",
         log.display()

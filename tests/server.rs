@@ -495,7 +495,8 @@ fn shutdown_lets_pending_after_turn_calls_finish() {
     let marker = site.root.path().join("after_turn-finished");
     write(
         &site.plugin_dir("slow").join("plugin.toml"),
-        "name = \"slow\"\nversion = \"1\"\n[env]\nMARKER = \"${MARKER}\"\n[hooks]\nruntime = \"bash\"\nafter_turn = \"a.sh\"\n",
+        "name = \"slow\"\nversion = \"1\"\n[env]\nMARKER = \"${MARKER}\"\n[hooks]\nruntime = \"bash\"\n\
+         allow_filesystem = true\nafter_turn = \"a.sh\"\n",
     );
     write(&site.plugin_dir("slow").join("a.sh"), "cat > /dev/null\nsleep 1\ntouch \"$MARKER\"\necho '{}'\n");
     site.config("[context_engine]\nplugin = \"slow\"\n");

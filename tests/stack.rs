@@ -18,6 +18,10 @@ use serde_json::json;
 
 use crate::util::{require_program, write};
 
+/// For hooks that write a marker into `$HOME` (outside what the sandbox lets
+/// a hook write): the test reads it, so the hook must be able to write it.
+const FS_OUTSIDE: &str = "allow_filesystem = true";
+
 /// A throwaway home (with its own user HOME for LibreFang-style state).
 struct World {
     root: tempfile::TempDir,
@@ -238,7 +242,7 @@ fn assemble_first_non_empty_reply_wins_and_is_repaired() {
         r#"echo '{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"gone","content":"x","is_error":false}]},{"role":"user","content":"latest"}]}'
 "#,
     );
-    w.bash("never", &["assemble"], "", "touch \"$HOME/never-ran\"\necho '{}'\n");
+    w.bash("never", &["assemble"], FS_OUTSIDE, "touch \"$HOME/never-ran\"\necho '{}'\n");
     w.config("[context_engine]\nplugin_stack = [\"empty\", \"trim\", \"never\"]\n");
     let (engine, _) = w.engine();
     let mut pinned = Message::text(Role::System, "the rules");
@@ -335,7 +339,7 @@ esac
 #[test]
 fn after_turn_text_is_cut_for_plugins_and_runs_in_the_background() {
     let w = World::new();
-    w.bash("rec", &["after_turn"], "", "sleep 0.3\ncat > \"$HOME/seen.json\"\necho '{}'\n");
+    w.bash("rec", &["after_turn"], FS_OUTSIDE, "sleep 0.3\ncat > \"$HOME/seen.json\"\necho '{}'\n");
     w.config("[context_engine]\nplugin = \"rec\"\nafter_turn_text_limit = 5\n");
     let (engine, _) = w.engine();
     let rt = rt();
@@ -375,7 +379,7 @@ fn subagent_hooks_run_in_stack_order() {
             "read -r r\ncase \"$r\" in *prepare_subagent*) t=prepare;; *) t=merge;; esac\n\
              echo \"{name} $t\" >> \"$HOME/order\"\necho '{{}}'\n"
         );
-        w.bash(name, &["prepare_subagent", "merge_subagent"], "", &body);
+        w.bash(name, &["prepare_subagent", "merge_subagent"], FS_OUTSIDE, &body);
     }
     w.config("[context_engine]\nplugin_stack = [\"first\", \"second\"]\n");
     let (engine, _) = w.engine();
@@ -392,7 +396,7 @@ fn max_concurrent_hooks_queues_the_calls_beyond_it() {
     let w = World::new();
     let body = "echo \"start $(date +%s%N)\" >> \"$HOME/$LIBREFANG_RUNTIME-$$\"\nsleep 0.3\necho \"end $(date +%s%N)\" >> \"$HOME/$LIBREFANG_RUNTIME-$$\"\necho '{}'\n";
     for name in ["a", "b", "c"] {
-        w.bash(name, &["ingest"], "", body);
+        w.bash(name, &["ingest"], FS_OUTSIDE, body);
     }
     w.config("max_concurrent_hooks = 1\n[context_engine]\nplugin_stack = [\"a\", \"b\", \"c\"]\n");
     let (engine, _) = w.engine();
@@ -453,7 +457,7 @@ fn the_memory_survives_a_crash_mid_write() {
 #[test]
 fn stable_prefix_mode_skips_recall_entirely() {
     let w = World::new();
-    w.bash("p", &["ingest"], "", "touch \"$HOME/ingest-ran\"\necho '{\"memories\":[{\"content\":\"x\"}]}'\n");
+    w.bash("p", &["ingest"], FS_OUTSIDE, "touch \"$HOME/ingest-ran\"\necho '{\"memories\":[{\"content\":\"x\"}]}'\n");
     w.config("[context_engine]\nplugin = \"p\"\nstable_prefix_mode = true\n");
     let (engine, _) = w.engine();
     let rt = rt();
@@ -506,7 +510,12 @@ fn ingest_runs_the_layers_concurrently() {
 #[test]
 fn after_turn_beyond_the_queue_depth_is_not_sent() {
     let w = World::new();
-    w.bash("slow", &["after_turn"], "after_turn_queue_depth = 1", "echo run >> \"$HOME/runs\"\nsleep 0.5\necho '{}'\n");
+    w.bash(
+        "slow",
+        &["after_turn"],
+        "after_turn_queue_depth = 1\n# writes a marker into $HOME\nallow_filesystem = true",
+        "echo run >> \"$HOME/runs\"\nsleep 0.5\necho '{}'\n",
+    );
     w.config("[context_engine]\nplugin = \"slow\"\n");
     let (engine, _) = w.engine();
     let rt = rt();
