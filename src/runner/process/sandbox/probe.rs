@@ -120,7 +120,7 @@ fn probe() -> Features {
     } else {
         "none"
     };
-    let kill = if cgroups.v2.is_some() {
+    let kill = if cgroups.use_v2() {
         "cgroup v2"
     } else if cgroups.v1_pids.is_some() || cgroups.v1_memory.is_some() {
         "cgroup v1"
