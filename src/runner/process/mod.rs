@@ -199,15 +199,17 @@ impl ProcessRunner {
         let script = manifest
             .hook(hook)
             .ok_or_else(|| HookError::not_declared(&manifest.name, hook, manifest.hooks.keys().copied()))?;
-        // Checked on every call: the file may have moved or been replaced by
-        // an escaping symlink since load.
-        let path = check_hook_path(&manifest.dir, &script.raw)?;
         let base_secs = options.timeout_secs.unwrap_or(manifest.settings.hook_timeout_secs);
         let secs = base_secs.saturating_mul(u64::from(hook.timeout_factor()));
         if let Some(workers) = &self.workers {
+            // The path is checked when a worker starts (a running worker has
+            // its script loaded already).
             let timeout = Duration::from_secs(secs);
-            return workers.call(&self.plugin, &self.overrides, request, &path, timeout).await;
+            return workers.call(&self.plugin, &self.overrides, request, script, timeout).await;
         }
+        // Checked on every call: the file may have moved or been replaced by
+        // an escaping symlink since load.
+        let path = check_hook_path(&manifest.dir, &script.raw)?;
         let command = self.plugin.launcher.command_for(&path).map_err(HookError::Launch)?;
         let tmp = CallTmp::create(&manifest.name).map_err(HookError::Io)?;
         let env = {

@@ -38,7 +38,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::ProcessPlugin;
-use crate::manifest::{Manifest, WorkerProtocol, check_hook_path};
+use crate::manifest::{HookScript, Manifest, WorkerProtocol, check_hook_path};
 use crate::protocol::HookRequest;
 use crate::runner::HookError;
 
@@ -97,13 +97,15 @@ impl Workers {
             .clone()
     }
 
-    /// Runs `request` on a worker of `script` (already checked).
+    /// Runs `request` on a worker of `script`. The script's path is checked
+    /// (spec section 5, step 1) whenever a worker starts, not on every call:
+    /// a running worker has loaded its script already.
     pub(super) async fn call(
         &self,
         plugin: &ProcessPlugin,
         overrides: &RwLock<BTreeMap<String, String>>,
         request: &HookRequest,
-        script: &Path,
+        script: &HookScript,
         timeout: Duration,
     ) -> Result<Value, HookError> {
         let manifest = &plugin.manifest;
@@ -116,44 +118,60 @@ impl Workers {
             )));
         }
         let generation = self.generation.load(Ordering::SeqCst);
-        let overrides = overrides.read().map(|o| o.clone()).unwrap_or_default();
         let hook = request.hook();
-        let start_for = |script: &Path| {
-            let script = script.to_owned();
-            let overrides = &overrides;
-            move || -> Result<process::Start<'_>, HookError> {
-                let command = plugin.launcher.command_for(&script).map_err(HookError::Launch)?;
-                let tmpdir = tempfile::Builder::new()
-                    .prefix(&format!("ctxhost-{}-worker-", manifest.name))
-                    .tempdir()
-                    .map_err(HookError::Io)?
-                    .keep();
-                let mut env = plugin.env.for_call(request, overrides, &tmpdir);
-                blank_first(&mut env, "LIBREFANG_AGENT_ID");
-                blank_first(&mut env, "LIBREFANG_MESSAGE");
-                Ok(process::Start {
-                    command,
-                    cwd: &manifest.dir,
-                    env,
-                    confinement: &plugin.confinement,
-                    tmpdir,
-                    plugin: &manifest.name,
-                    hook,
-                    generation,
-                })
-            }
-        };
+        let start_for = |script| Starter { plugin, overrides, request, generation, script };
         if self.prewarm && !self.prewarmed.swap(true, Ordering::SeqCst) {
-            let mut scripts: Vec<PathBuf> =
-                manifest.hooks.values().filter_map(|s| check_hook_path(&manifest.dir, &s.raw).ok()).collect();
-            scripts.sort();
-            scripts.dedup();
+            // One pool per script (the canonical path of load), however many hooks share it.
+            let mut scripts: Vec<&HookScript> = manifest.hooks.values().collect();
+            scripts.sort_by(|a, b| a.path.cmp(&b.path));
+            scripts.dedup_by(|a, b| a.path == b.path);
             for s in scripts {
-                self.pool(&manifest.name, &s).fill(&start_for(&s));
+                self.pool(&manifest.name, &s.path).fill(&|| start_for(s).start());
             }
         }
-        let start = start_for(script);
-        self.pool(&manifest.name, script).call(&start, generation, hook, &request.to_json_line(), timeout).await
+        let starter = start_for(script);
+        let start = || starter.start();
+        self.pool(&manifest.name, &script.path).call(&start, generation, hook, &request.to_json_line(), timeout).await
+    }
+}
+
+/// What starting a worker for one script needs, borrowed from the call.
+struct Starter<'a> {
+    plugin: &'a ProcessPlugin,
+    overrides: &'a RwLock<BTreeMap<String, String>>,
+    request: &'a HookRequest,
+    generation: u64,
+    script: &'a HookScript,
+}
+
+impl<'a> Starter<'a> {
+    /// The command, environment (as a one-shot call's, per-call variables
+    /// empty) and a fresh TMPDIR for one worker.
+    fn start(&self) -> Result<process::Start<'a>, HookError> {
+        let (plugin, manifest) = (self.plugin, &self.plugin.manifest);
+        // Checked at every start: the file may have moved or been replaced
+        // by an escaping symlink since load.
+        let path = check_hook_path(&manifest.dir, &self.script.raw)?;
+        let command = plugin.launcher.command_for(&path).map_err(HookError::Launch)?;
+        let tmpdir = tempfile::Builder::new()
+            .prefix(&format!("ctxhost-{}-worker-", manifest.name))
+            .tempdir()
+            .map_err(HookError::Io)?
+            .keep();
+        let overrides = self.overrides.read().map(|o| o.clone()).unwrap_or_default();
+        let mut env = plugin.env.for_call(self.request, &overrides, &tmpdir);
+        blank_first(&mut env, "LIBREFANG_AGENT_ID");
+        blank_first(&mut env, "LIBREFANG_MESSAGE");
+        Ok(process::Start {
+            command,
+            cwd: &manifest.dir,
+            env,
+            confinement: &plugin.confinement,
+            tmpdir,
+            plugin: &manifest.name,
+            hook: self.request.hook(),
+            generation: self.generation,
+        })
     }
 }
 
