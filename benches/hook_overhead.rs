@@ -4,7 +4,9 @@
 //! - `per_call/<runtime>`: one hook call through `ProcessRunner` (cleared env,
 //!   process group, per-call TMPDIR, concurrent reads, limits) against the
 //!   same program spawned bare from Rust with the same request on stdin.
-//!   Goal: ctxhost adds under 0.5 ms per call.
+//!   Goal: ctxhost adds under 0.5 ms per call. The plugins run unsandboxed
+//!   (`allow_network`/`allow_filesystem`): `benches/sandbox.rs` measures the
+//!   sandbox's cost.
 //! - `whole_run/python`: a full `ctxhost hook` run (ctxhost's own start
 //!   included) against running the script with the real interpreter directly.
 //!   Goal: within 1.15x.
@@ -49,6 +51,13 @@ fn fixture() -> Fixture {
     let python_dir = root.path().join("plugins/python-memory");
     examples::copy_example("native-memory", &native_dir);
     examples::copy_example("python-memory", &python_dir);
+    // The overhead of the runner itself: the sandbox's cost is benches/sandbox.rs's.
+    for dir in [&native_dir, &python_dir] {
+        let manifest = dir.join("plugin.toml");
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        let text = text.replacen("[hooks]\n", "[hooks]\nallow_network = true\nallow_filesystem = true\n", 1);
+        std::fs::write(&manifest, text).unwrap();
+    }
     let out = Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().unwrap();
     let python = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
     Fixture { home: Home::at(root.path().join("home")), _root: root, native_dir, python_dir, python }

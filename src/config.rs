@@ -112,7 +112,10 @@ pub struct SandboxConfig {
     /// Refuse to run script hooks when this machine cannot apply the whole
     /// sandbox (Landlock, network namespace, cgroup limits) [default: false].
     pub require: bool,
-    /// At most this many processes per hook call, the hook included (0: no limit) [default: 256].
+    /// At most this many processes per hook call, the hook included (0: no
+    /// limit) [default: 0]. A limit puts every call in its own cgroup (also
+    /// killed whole at the end of the call), which costs each hook start a
+    /// cgroup migration: up to ~15 ms on kernels without `favordynmods`.
     pub max_processes: u64,
 }
 

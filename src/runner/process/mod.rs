@@ -27,7 +27,9 @@ pub use env::{EnvInputs, EnvPlan};
 pub use exit::label as exit_label;
 pub use launcher::{CommandLine, Launcher, RuntimeInfo, find_on_path, info as runtime_info};
 pub use oneshot::DEFAULT_OUTPUT_CAP;
-pub use worker::{LOOP_COOLDOWN as WORKER_LOOP_COOLDOWN, LOOP_LIMIT as WORKER_LOOP_LIMIT, MAX_REPLY as WORKER_MAX_REPLY};
+pub use worker::{
+    LOOP_COOLDOWN as WORKER_LOOP_COOLDOWN, LOOP_LIMIT as WORKER_LOOP_LIMIT, MAX_REPLY as WORKER_MAX_REPLY,
+};
 
 use super::{BoxFuture, CallOptions, HookError, Runner};
 use crate::manifest::{Manifest, Runtime, check_hook_path};

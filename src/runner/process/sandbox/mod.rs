@@ -30,8 +30,13 @@ pub use probe::{Features, features};
 
 use crate::manifest::ExecSettings;
 
-/// Default process-count limit of one call (the hook and everything it starts).
-pub const DEFAULT_MAX_PROCESSES: u64 = 256;
+/// Default process-count limit of one call: none. A limit needs a per-call
+/// cgroup, and joining one costs the hook's start an RCU grace period on a
+/// kernel whose cgroups are not mounted with `favordynmods`: measured here
+/// 0.03 ms when calls follow each other closely, but 8-15 ms when they are
+/// 50 ms apart — more than a whole one-shot call. So cgroups are used only
+/// when a limit asks for one (`[sandbox] max_processes`, `max_memory_mb`).
+pub const DEFAULT_MAX_PROCESSES: u64 = 0;
 
 /// The sandbox cannot be applied as the operator requires.
 #[derive(Debug, thiserror::Error)]
@@ -158,7 +163,12 @@ impl Confinement {
         let bases = &f.cgroups;
         let mut cleanup = Cleanup::default();
         let mut join = Vec::new();
-        if bases.v2.is_some() || bases.v1_pids.is_some() || (plan.memory_bytes.is_some() && bases.v1_memory.is_some()) {
+        // A cgroup only when a limit asks for one: joining costs the start
+        // of the hook a cgroup migration (see DEFAULT_MAX_PROCESSES).
+        let wants_cgroup = plan.memory_bytes.is_some() || plan.max_processes.is_some();
+        let can_cgroup =
+            bases.v2.is_some() || bases.v1_pids.is_some() || (plan.memory_bytes.is_some() && bases.v1_memory.is_some());
+        if wants_cgroup && can_cgroup {
             let limits = cgroup::CgroupLimits { memory_bytes: plan.memory_bytes, max_processes: plan.max_processes };
             let (made, fds) = cgroup::CallCgroup::create(bases, limits)?;
             cleanup.cgroup = Some(made);
@@ -171,13 +181,20 @@ impl Confinement {
         let user_ns = !f.root && f.userns;
         let namespaces = netns::Namespaces::new(plan.isolate_net, user_ns);
         let mut rlimits = Vec::new();
-        rlimits.push((libc::RLIMIT_CORE, 0));
         if let (Some(bytes), "rlimit") = (plan.memory_bytes, f.memory_limit) {
             rlimits.push((libc::RLIMIT_DATA, bytes));
         }
         if let (Some(n), "rlimit") = (plan.max_processes, f.process_limit) {
             rlimits.push((libc::RLIMIT_NPROC, n));
         }
+        if join.is_empty() && namespaces.is_none() && rlimits.is_empty() && ruleset.is_none() {
+            // Nothing to do between fork and exec: no `pre_exec`, so the
+            // process starts through posix_spawn (vfork) instead of a full
+            // fork of the host — about 0.5 ms less per call.
+            return Ok((None, cleanup));
+        }
+        // No core dumps of a confined hook (they could land outside its dirs).
+        rlimits.push((libc::RLIMIT_CORE, 0));
         Ok((Some(ChildSteps { join, namespaces, rlimits, ruleset }), cleanup))
     }
 }
