@@ -48,7 +48,9 @@ impl World {
     fn bash(&self, name: &str, hooks: &[&str], body: &str) {
         let hook_lines: String = hooks.iter().map(|h| format!("{h} = \"hook.sh\"\n")).collect();
         let manifest = format!(
-            "name = \"{name}\"\nversion = \"1\"\nhook_timeout_secs = 120\n[hooks]\nruntime = \"bash\"\n{hook_lines}"
+            "name = \"{name}\"\nversion = \"1\"\nhook_timeout_secs = 120\n\
+             # the tests' hooks write markers outside their dirs\nallow_filesystem = true\n\
+             [hooks]\nruntime = \"bash\"\n{hook_lines}"
         );
         let dir = self.home().join("plugins").join(name);
         write(&dir.join("plugin.toml"), &manifest);

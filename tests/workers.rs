@@ -528,3 +528,27 @@ fn a_reload_with_calls_in_flight_loses_none_and_stops_the_old_workers() {
     let metrics = d.get("/api/context-engine/metrics").json();
     assert_eq!(metrics["ingest"]["failures"], 0, "{metrics}");
 }
+
+/// `prewarm_subprocesses`: a daemon starts the workers of a stack plugin at
+/// start (after bootstrap), before any call.
+#[test]
+fn a_daemon_prewarms_workers_at_start() {
+    let root = tempfile::tempdir().unwrap();
+    let home = root.path().join("home");
+    let dir = home.join("plugins/warm");
+    write(
+        &dir.join("plugin.toml"),
+        "name = \"warm\"\nversion = \"0.1.0\"\n[hooks]\nruntime = \"bash\"\npersistent_subprocess = true\n\
+         prewarm_subprocesses = true\nmax_workers = 2\ningest = \"hooks/ingest.sh\"\n",
+    );
+    write(&dir.join("hooks/ingest.sh"), MISBEHAVING);
+    write(&home.join("config.toml"), "[context_engine]\nplugin = \"warm\"\n");
+    let d = Daemon::start(&home, &[], &[]);
+    assert!(
+        eventually(Duration::from_secs(5), || descendants(d.pid()).len() == 2),
+        "two workers before any call: {:?}",
+        descendants(d.pid())
+    );
+    let (ok, stderr) = d.stop();
+    assert!(ok, "{stderr}");
+}

@@ -75,10 +75,13 @@ pub fn exec(args: HookArgs, home: &Home) -> CliResult {
     // The hook runs in its own process group, so a terminal's Ctrl-C does not
     // reach it: on SIGINT/SIGTERM drop the call, whose guard kills the group.
     let reply = runtime.block_on(async {
-        tokio::select! {
+        let reply = tokio::select! {
             reply = runner.call(&request, &options) => reply.map_err(Into::into),
             signal = super::interrupted() => Err(HookCliError::Interrupted(signal)),
-        }
+        };
+        // A persistent worker stops here, so its last stderr lines are shown.
+        runner.shutdown().await;
+        reply
     })?;
 
     let mut line = serde_json::to_vec(&reply)?;

@@ -170,9 +170,18 @@ impl StackEngine {
         let bootstrap = self.bootstrapped.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if let Some(request) = bootstrap {
             bootstrap_layer(&layer, &HookRequest::Bootstrap(request)).await;
+            layer.runner().prewarm();
         }
         slot.layer.store(Some(layer));
         true
+    }
+
+    /// Stops every layer's long-running parts (persistent workers)
+    /// gracefully and waits for them; for the end of a daemon or a run.
+    pub async fn shutdown(&self) {
+        for l in self.layers.iter().filter_map(StackLayer::current) {
+            l.runner().shutdown().await;
+        }
     }
 
     /// Stops using plugin `name` (calls under way finish); its slot stays, so
@@ -276,6 +285,7 @@ impl ContextEngine for StackEngine {
             let req = HookRequest::Bootstrap(request.clone());
             for l in self.layers.iter().filter_map(StackLayer::current) {
                 bootstrap_layer(&l, &req).await;
+                l.runner().prewarm();
             }
             Ok(())
         })

@@ -43,6 +43,18 @@ pub trait Runner: Send + Sync {
         Ok(())
     }
 
+    /// Stops what the plugin keeps running between calls (persistent
+    /// workers), gracefully, and waits for it: their last stderr lines are
+    /// logged before this returns. Calls after it start afresh.
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+
+    /// Starts what the plugin keeps running between calls (persistent
+    /// workers with `prewarm_subprocesses`), once. Called by the engine at
+    /// start, after bootstrap, inside a tokio runtime. Others do nothing.
+    fn prewarm(&self) {}
+
     /// Applies a bootstrap reply's `env_overrides` to later calls; returns a
     /// warning per refused key. Runners without an environment ignore them.
     fn set_env_overrides(&self, overrides: std::collections::BTreeMap<String, String>) -> Vec<String> {

@@ -159,6 +159,8 @@ impl Server {
                 SETTLE_TIMEOUT.as_secs()
             );
         }
+        // Persistent workers stop gracefully (stdin closed, then killed).
+        self.state.engine.shutdown().await;
         Ok(())
     }
 }

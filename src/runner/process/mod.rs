@@ -256,6 +256,21 @@ impl Runner for ProcessRunner {
         })
     }
 
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {
+            if let Some(workers) = &self.workers {
+                workers.shutdown().await;
+            }
+        })
+    }
+
+    fn prewarm(&self) {
+        if let Some(workers) = &self.workers {
+            let request = HookRequest::Bootstrap(crate::protocol::BootstrapRequest::default());
+            workers.prewarm(&self.plugin, &self.overrides, &request);
+        }
+    }
+
     fn set_env_overrides(&self, overrides: BTreeMap<String, String>) -> Vec<String> {
         let (kept, warnings) = self.plugin.env.filter_overrides(overrides);
         if let Ok(mut slot) = self.overrides.write() {

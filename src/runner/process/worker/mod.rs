@@ -16,9 +16,10 @@
 //! - `pool.rs`: the workers of one script (`max_workers`, fair queueing, idle
 //!   stop, respawn + one retry, crash-loop fail-fast, metrics events).
 //!
-//! Choices: `prewarm_subprocesses` starts every script's workers at the
-//! plugin's first call, not at load (loading also serves `doctor`, `plugin
-//! list` and install checks, which must not run plugin code); `worker_protocol
+//! Choices: `prewarm_subprocesses` starts every script's workers when the
+//! engine starts (`Runner::prewarm`, after bootstrap, so `env_overrides`
+//! apply) or at the first call — not at load (loading also serves `doctor`,
+//! `plugin list` and install checks, which must not run plugin code); `worker_protocol
 //! = "jsonrpc"` is refused at call time with an error naming the key;
 //! `worker_idle_secs = 0` keeps idle workers until the runner goes; the
 //! runner's one-shot output cap does not apply (a reply line may be 4 MiB).
@@ -84,6 +85,16 @@ impl Workers {
     }
 
     /// Pids of the workers alive now.
+    /// Stops every idle worker gracefully and waits for it (its stderr
+    /// logged to the end). Workers busy with a call stop when it ends.
+    pub(super) async fn shutdown(&self) {
+        let pools: Vec<Arc<pool::Pool>> =
+            self.pools.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        for pool in pools {
+            pool.shutdown().await;
+        }
+    }
+
     pub(super) fn pids(&self) -> Vec<u32> {
         let pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
         pools.values().flat_map(|p| p.pids()).collect()
@@ -95,6 +106,29 @@ impl Workers {
             .entry(script.to_owned())
             .or_insert_with(|| pool::Pool::new(plugin, script.to_owned(), self.max_workers, self.idle_secs))
             .clone()
+    }
+
+    /// With `prewarm_subprocesses`, starts every script's workers, once:
+    /// when the engine starts (after bootstrap, so `env_overrides` apply) or
+    /// at the first call, whichever comes first. Needs a tokio runtime.
+    pub(super) fn prewarm(
+        &self,
+        plugin: &ProcessPlugin,
+        overrides: &RwLock<BTreeMap<String, String>>,
+        request: &HookRequest,
+    ) {
+        if !self.prewarm || self.prewarmed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let generation = self.generation.load(Ordering::SeqCst);
+        // One pool per script (the canonical path of load), however many hooks share it.
+        let mut scripts: Vec<&HookScript> = plugin.manifest.hooks.values().collect();
+        scripts.sort_by(|a, b| a.path.cmp(&b.path));
+        scripts.dedup_by(|a, b| a.path == b.path);
+        for script in scripts {
+            let starter = Starter { plugin, overrides, request, generation, script };
+            self.pool(&plugin.manifest.name, &script.path).fill(&|| starter.start());
+        }
     }
 
     /// Runs `request` on a worker of `script`. The script's path is checked
@@ -119,17 +153,8 @@ impl Workers {
         }
         let generation = self.generation.load(Ordering::SeqCst);
         let hook = request.hook();
-        let start_for = |script| Starter { plugin, overrides, request, generation, script };
-        if self.prewarm && !self.prewarmed.swap(true, Ordering::SeqCst) {
-            // One pool per script (the canonical path of load), however many hooks share it.
-            let mut scripts: Vec<&HookScript> = manifest.hooks.values().collect();
-            scripts.sort_by(|a, b| a.path.cmp(&b.path));
-            scripts.dedup_by(|a, b| a.path == b.path);
-            for s in scripts {
-                self.pool(&manifest.name, &s.path).fill(&|| start_for(s).start());
-            }
-        }
-        let starter = start_for(script);
+        self.prewarm(plugin, overrides, request);
+        let starter = Starter { plugin, overrides, request, generation, script };
         let start = || starter.start();
         self.pool(&manifest.name, &script.path).call(&start, generation, hook, &request.to_json_line(), timeout).await
     }

@@ -313,6 +313,17 @@ async fn reap(pool: Weak<Pool>, idle_after: Duration, tick: Duration) {
     }
 }
 
+impl Pool {
+    /// Stops the idle workers gracefully, waiting for each.
+    pub(super) async fn shutdown(&self) {
+        let workers: Vec<Worker> = lock(&self.idle).drain(..).collect();
+        for worker in workers {
+            lock(&self.live).remove(&worker.pid());
+            worker.stop().await;
+        }
+    }
+}
+
 /// Stops a worker gracefully in the background when a runtime is at hand;
 /// otherwise dropping it kills its group at once.
 fn stop_later(worker: Worker) {
