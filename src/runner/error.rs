@@ -35,6 +35,9 @@ pub enum HookError {
     NoOutput(#[from] NoOutput),
     #[error("{0}")]
     Unsupported(String),
+    /// A persistent worker broke the line protocol or keeps failing.
+    #[error("persistent worker: {0}")]
+    Worker(String),
     /// A component plugin could not load or its call trapped.
     #[error("component plugin {0}")]
     Component(String),

@@ -256,8 +256,8 @@ impl Pool {
         if !guard.tripped() {
             return Ok(());
         }
-        Err(HookError::Launch(format!(
-            "persistent worker `{}` of plugin '{}' keeps failing ({} times in a row, last: {}); \
+        Err(HookError::Worker(format!(
+            "`{}` of plugin '{}' keeps failing ({} times in a row, last: {}); \
              not restarted for {}s after the last failure",
             self.script.display(),
             self.plugin,

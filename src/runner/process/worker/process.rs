@@ -334,7 +334,7 @@ impl Drop for Worker {
 }
 
 fn invalid(message: String) -> HookError {
-    HookError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, message))
+    HookError::Worker(message)
 }
 
 /// Streams a worker's stderr to tracing until it ends or `stop` fires; then
