@@ -3,11 +3,9 @@
 //!
 //! Persistent workers (spec section 7) add two counters per plugin and hook:
 //! workers replaced after a fault (`worker_respawns`) and calls retried on a
-//! fresh worker (`worker_retries`). The worker pool sits below the engine
-//! and never sees an engine's [`Metrics`], so it records them process-wide
-//! ([`record_worker_event`]); each engine's views show them for the plugins
-//! and hooks it has called (keyed by plugin name: two engines in one process
-//! running plugins of the same name see the sum).
+//! fresh worker (`worker_retries`). The worker pool records them into the
+//! engine's `Metrics` the layer attached to its runner
+//! (`Runner::attach_metrics`).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -48,24 +46,6 @@ struct WorkerCounts {
     retries: u64,
 }
 
-/// Worker events of the whole process (see the module doc).
-static WORKER_EVENTS: Mutex<BTreeMap<(String, HookName), WorkerCounts>> = Mutex::new(BTreeMap::new());
-
-/// Counts one persistent-worker event of `plugin`'s `hook`.
-pub fn record_worker_event(plugin: &str, hook: HookName, event: WorkerEvent) {
-    let mut events = WORKER_EVENTS.lock().unwrap_or_else(|p| p.into_inner());
-    let counts = events.entry((plugin.to_owned(), hook)).or_default();
-    match event {
-        WorkerEvent::Respawn => counts.respawns += 1,
-        WorkerEvent::Retry => counts.retries += 1,
-    }
-}
-
-/// The worker counters of `plugin`'s `hook` (zero when it never had a fault).
-fn worker_counts(events: &BTreeMap<(String, HookName), WorkerCounts>, plugin: &str, hook: HookName) -> WorkerCounts {
-    events.get(&(plugin.to_owned(), hook)).copied().unwrap_or_default()
-}
-
 #[derive(Debug, Clone, Default)]
 struct Stats {
     calls: u64,
@@ -74,6 +54,7 @@ struct Stats {
     fallbacks: u64,
     total_ms: f64,
     buckets: [u64; BUCKETS_MS.len() + 1],
+    worker: WorkerCounts,
 }
 
 /// The metrics of one plugin's hook.
@@ -148,16 +129,22 @@ impl Metrics {
         s.buckets[bucket] += 1;
     }
 
+    /// Counts one persistent-worker event of `plugin`'s `hook`.
+    pub fn record_worker(&self, plugin: &str, hook: HookName, event: WorkerEvent) {
+        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        let w = &mut stats.entry((plugin.to_owned(), hook)).or_default().worker;
+        match event {
+            WorkerEvent::Respawn => w.respawns += 1,
+            WorkerEvent::Retry => w.retries += 1,
+        }
+    }
+
     /// `plugin -> hook -> metrics`.
     pub fn by_plugin(&self) -> BTreeMap<String, BTreeMap<String, HookMetrics>> {
         let stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
-        let events = WORKER_EVENTS.lock().unwrap_or_else(|p| p.into_inner());
         let mut out: BTreeMap<String, BTreeMap<String, HookMetrics>> = BTreeMap::new();
         for ((plugin, hook), s) in stats.iter() {
-            let mut v = view(s);
-            let w = worker_counts(&events, plugin, *hook);
-            (v.worker_respawns, v.worker_retries) = (w.respawns, w.retries);
-            out.entry(plugin.clone()).or_default().insert(hook.as_str().to_owned(), v);
+            out.entry(plugin.clone()).or_default().insert(hook.as_str().to_owned(), view(s));
         }
         out
     }
@@ -166,11 +153,10 @@ impl Metrics {
     /// exporters (Prometheus) that aggregate on their side.
     pub fn histograms(&self) -> Vec<HookHistogram> {
         let stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
-        let events = WORKER_EVENTS.lock().unwrap_or_else(|p| p.into_inner());
         stats
             .iter()
             .map(|((plugin, hook), s)| {
-                let w = worker_counts(&events, plugin, *hook);
+                let w = s.worker;
                 let mut cumulative = 0;
                 let buckets = BUCKETS_MS
                     .iter()
@@ -238,8 +224,8 @@ fn view(s: &Stats) -> HookMetrics {
         p50_ms: quantile(0.5),
         p90_ms: quantile(0.9),
         p99_ms: quantile(0.99),
-        worker_respawns: 0,
-        worker_retries: 0,
+        worker_respawns: s.worker.respawns,
+        worker_retries: s.worker.retries,
     }
 }
 
@@ -274,14 +260,14 @@ mod tests {
     fn worker_events_show_for_the_hooks_an_engine_called() {
         let m = Metrics::default();
         m.record("metrics-test-worker", HookName::Ingest, Duration::from_micros(100), CallOutcome::Success);
-        record_worker_event("metrics-test-worker", HookName::Ingest, WorkerEvent::Respawn);
-        record_worker_event("metrics-test-worker", HookName::Ingest, WorkerEvent::Retry);
-        record_worker_event("metrics-test-worker", HookName::Ingest, WorkerEvent::Respawn);
-        record_worker_event("metrics-test-worker", HookName::Assemble, WorkerEvent::Respawn);
+        m.record_worker("metrics-test-worker", HookName::Ingest, WorkerEvent::Respawn);
+        m.record_worker("metrics-test-worker", HookName::Ingest, WorkerEvent::Retry);
+        m.record_worker("metrics-test-worker", HookName::Ingest, WorkerEvent::Respawn);
         let v = &m.by_plugin()["metrics-test-worker"];
         assert_eq!((v["ingest"].worker_respawns, v["ingest"].worker_retries), (2, 1));
-        assert!(!v.contains_key("assemble"), "only hooks this engine called are shown");
+        assert_eq!(v["ingest"].calls, 1, "events are not calls");
         let h = m.histograms();
         assert_eq!((h[0].worker_respawns, h[0].worker_retries), (2, 1));
+        assert!(Metrics::default().by_plugin().is_empty(), "another engine's metrics see none of it");
     }
 }

@@ -227,12 +227,13 @@ fn a_crash_mid_call_is_respawned_retried_and_counted() {
     let rt = rt();
     let runner = Arc::new(load(&p));
     let layer = layer("w-crash", runner.clone(), |_| {});
+    let m = metered(&*runner);
     let before = pid_of(&rt.block_on(layer.call(&request(HookName::Ingest, ingest("hi")))).unwrap().unwrap());
     let after = rt.block_on(layer.call(&request(HookName::Ingest, ingest("crash-once")))).unwrap().unwrap();
     assert_ne!(pid_of(&after), before, "answered by a fresh worker");
     assert!(is_dead(before as i32));
     assert_eq!(runner.worker_pids(), [pid_of(&after)]);
-    assert_eq!(worker_counts(&layer_metrics_for("w-crash"), "w-crash"), (1, 1), "one respawn, one retry");
+    assert_eq!(worker_counts(&m, "w-crash"), (1, 1), "one respawn, one retry");
 }
 
 #[test]
@@ -248,17 +249,16 @@ fn a_garbage_line_replaces_the_worker() {
     // A worker that only ever writes garbage: the call fails, saying why.
     let p = bash_worker("w-garbage-always", "while read -r l; do echo 'hello there'; done\n", "");
     let runner = load(&p);
+    let m = metered(&runner);
     let err = call(&rt, &runner, HookName::Ingest, ingest("x")).unwrap_err().to_string();
     assert!(err.contains("not a JSON line") && err.contains("hello there"), "{err}");
-    let m = layer_metrics_for("w-garbage-always");
     assert_eq!(worker_counts(&m, "w-garbage-always"), (2, 1), "two workers killed, one retry");
 }
 
-/// A fresh `Metrics` that saw `plugin`'s ingest: the worker counters are
-/// process-wide per plugin and show for the hooks a `Metrics` has recorded.
-fn layer_metrics_for(plugin: &str) -> Metrics {
-    let m = Metrics::default();
-    m.record(plugin, HookName::Ingest, Duration::ZERO, ctxhost::metrics::CallOutcome::Success);
+/// A fresh `Metrics` attached to `runner`: its worker events land there.
+fn metered(runner: &dyn Runner) -> Arc<Metrics> {
+    let m = Arc::new(Metrics::default());
+    runner.attach_metrics(m.clone());
     m
 }
 
@@ -267,13 +267,14 @@ fn a_slow_reply_past_the_deadline_kills_the_whole_group() {
     let p = bash_worker("w-slow", MISBEHAVING, "hook_timeout_secs = 1");
     let rt = rt();
     let runner = load(&p);
+    let m = metered(&runner);
     let before = pid_of(&call(&rt, &runner, HookName::Ingest, ingest("hi")).unwrap());
     let after = pid_of(&call(&rt, &runner, HookName::Ingest, ingest("slow-once")).unwrap());
     assert_ne!(after, before, "retried on a fresh worker after the deadline");
     let grandchild: i32 = std::fs::read_to_string(p.dir.join("grandchild")).unwrap().trim().parse().unwrap();
     assert!(is_dead(before as i32), "the slow worker was killed");
     assert!(is_dead(grandchild), "and its background child with it (the whole group)");
-    assert_eq!(worker_counts(&layer_metrics_for("w-slow"), "w-slow"), (1, 1));
+    assert_eq!(worker_counts(&m, "w-slow"), (1, 1));
 
     // Always slow: both attempts time out and the call fails with the timeout.
     let p = bash_worker("w-slow-always", "while read -r l; do sleep 300; done\n", "hook_timeout_secs = 1");
@@ -387,6 +388,9 @@ fn idle_workers_stop_and_the_next_call_starts_one() {
     let p = bash_worker("w-idle", MISBEHAVING, "worker_idle_secs = 1");
     let rt = rt();
     let runner = load(&p);
+    let m = metered(&runner);
+    // The calls themselves, so the hook shows in the views.
+    m.record("w-idle", HookName::Ingest, Duration::ZERO, ctxhost::metrics::CallOutcome::Success);
     let first = pid_of(&call(&rt, &runner, HookName::Ingest, ingest("hi")).unwrap());
     assert!(
         eventually(Duration::from_secs(10), || is_dead(first as i32) && runner.worker_pids().is_empty()),
@@ -394,7 +398,7 @@ fn idle_workers_stop_and_the_next_call_starts_one() {
     );
     let second = pid_of(&call(&rt, &runner, HookName::Ingest, ingest("again")).unwrap());
     assert_ne!(second, first);
-    assert_eq!(worker_counts(&layer_metrics_for("w-idle"), "w-idle"), (0, 0), "an idle stop is no fault");
+    assert_eq!(worker_counts(&m, "w-idle"), (0, 0), "an idle stop is no fault");
 }
 
 #[test]

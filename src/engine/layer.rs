@@ -71,6 +71,7 @@ impl Layer {
         metrics: Arc<Metrics>,
     ) -> Self {
         let after_turn_slots = Arc::new(Semaphore::new(settings.after_turn_queue_depth.max(1) as usize));
+        runner.attach_metrics(metrics.clone());
         Layer {
             name: name.into(),
             runner,

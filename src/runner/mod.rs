@@ -43,6 +43,12 @@ pub trait Runner: Send + Sync {
         Ok(())
     }
 
+    /// The engine's metrics, for what a runner counts itself (persistent
+    /// worker respawns and retries). The last attached wins.
+    fn attach_metrics(&self, metrics: std::sync::Arc<crate::metrics::Metrics>) {
+        let _ = metrics;
+    }
+
     /// Stops what the plugin keeps running between calls (persistent
     /// workers), gracefully, and waits for it: their last stderr lines are
     /// logged before this returns. Calls after it start afresh.

@@ -264,6 +264,12 @@ impl Runner for ProcessRunner {
         })
     }
 
+    fn attach_metrics(&self, metrics: std::sync::Arc<crate::metrics::Metrics>) {
+        if let Some(workers) = &self.workers {
+            workers.attach_metrics(metrics);
+        }
+    }
+
     fn prewarm(&self) {
         if let Some(workers) = &self.workers {
             let request = HookRequest::Bootstrap(crate::protocol::BootstrapRequest::default());

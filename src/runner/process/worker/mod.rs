@@ -46,6 +46,10 @@ use crate::runner::HookError;
 pub use pool::{LOOP_COOLDOWN, LOOP_LIMIT};
 pub use process::MAX_REPLY;
 
+/// Where a plugin's worker events are counted: the engine's metrics, once a
+/// layer attaches them (`Runner::attach_metrics`); none for a bare runner.
+pub(super) type MetricsSlot = Arc<RwLock<Option<Arc<crate::metrics::Metrics>>>>;
+
 /// The workers of one script plugin, one pool per hook script.
 #[derive(Debug)]
 pub(super) struct Workers {
@@ -57,6 +61,7 @@ pub(super) struct Workers {
     /// Bumped when bootstrap changes the environment.
     generation: AtomicU64,
     prewarmed: AtomicBool,
+    metrics: MetricsSlot,
 }
 
 impl std::fmt::Debug for pool::Pool {
@@ -76,7 +81,13 @@ impl Workers {
             pools: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(0),
             prewarmed: AtomicBool::new(false),
+            metrics: MetricsSlot::default(),
         }
+    }
+
+    /// Counts worker events into `metrics` from now on.
+    pub(super) fn attach_metrics(&self, metrics: Arc<crate::metrics::Metrics>) {
+        *self.metrics.write().unwrap_or_else(|p| p.into_inner()) = Some(metrics);
     }
 
     /// The environment changed: workers started before stop at their next use.
@@ -104,7 +115,9 @@ impl Workers {
         let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
         pools
             .entry(script.to_owned())
-            .or_insert_with(|| pool::Pool::new(plugin, script.to_owned(), self.max_workers, self.idle_secs))
+            .or_insert_with(|| {
+                pool::Pool::new(plugin, script.to_owned(), self.max_workers, self.idle_secs, self.metrics.clone())
+            })
             .clone()
     }
 

@@ -15,7 +15,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use super::process::{Fault, Start, Worker};
-use crate::metrics::{WorkerEvent, record_worker_event};
+use crate::metrics::WorkerEvent;
 use crate::protocol::HookName;
 use crate::runner::HookError;
 
@@ -58,6 +58,8 @@ pub(super) struct Pool {
     live: Arc<Mutex<BTreeSet<u32>>>,
     guard: Mutex<CrashGuard>,
     reaper: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Where respawns and retries are counted (the engine's, once attached).
+    metrics: super::MetricsSlot,
 }
 
 /// Removes a worker's pid from the live set when its call path lets go of it.
@@ -79,7 +81,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Pool {
-    pub(super) fn new(plugin: &str, script: PathBuf, max_workers: u32, idle_secs: u64) -> Arc<Pool> {
+    pub(super) fn new(
+        plugin: &str,
+        script: PathBuf,
+        max_workers: u32,
+        idle_secs: u64,
+        metrics: super::MetricsSlot,
+    ) -> Arc<Pool> {
         let max_workers = max_workers.max(1) as usize;
         Arc::new(Pool {
             plugin: plugin.to_owned(),
@@ -91,7 +99,15 @@ impl Pool {
             live: Arc::new(Mutex::new(BTreeSet::new())),
             guard: Mutex::new(CrashGuard::default()),
             reaper: Mutex::new(None),
+            metrics,
         })
+    }
+
+    fn count(&self, hook: HookName, event: WorkerEvent) {
+        let metrics = self.metrics.read().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(m) = metrics {
+            m.record_worker(&self.plugin, hook, event);
+        }
     }
 
     pub(super) fn pids(&self) -> Vec<u32> {
@@ -143,10 +159,10 @@ impl Pool {
             Err(CheckoutError::Start(e)) => return Err(self.failure(e)),
         };
         let error = self.discard(&mut held, fault).await;
-        record_worker_event(&self.plugin, hook, WorkerEvent::Respawn);
+        self.count(hook, WorkerEvent::Respawn);
         let error = self.failure(error);
         self.fail_fast()?;
-        record_worker_event(&self.plugin, hook, WorkerEvent::Retry);
+        self.count(hook, WorkerEvent::Retry);
         tracing::debug!(plugin = %self.plugin, %hook, "worker failed ({error}); retrying on a fresh one");
         if let Err(e) = self.start_into(start, &mut held) {
             return Err(self.failure(e));
@@ -155,7 +171,7 @@ impl Pool {
             Ok(value) => Ok(self.success(held, value)),
             Err(fault) => {
                 let error = self.discard(&mut held, fault).await;
-                record_worker_event(&self.plugin, hook, WorkerEvent::Respawn);
+                self.count(hook, WorkerEvent::Respawn);
                 Err(self.failure(error))
             }
         }
