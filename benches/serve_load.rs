@@ -23,7 +23,6 @@ use ctxhost::home::Home;
 use ctxhost::plugin::LoadContext;
 use ctxhost::protocol::IngestRequest;
 use ctxhost::server::{ServeOptions, Server};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const CALLS: usize = 1000;
 const ROUNDS: usize = 3;
@@ -58,7 +57,7 @@ fn main() {
         let served = tokio::spawn(server.run(async move {
             let _ = rx.await;
         }));
-        let (status, _) = post(addr, "/api/agents/bench/after_turn", teach).await;
+        let (status, _) = support::http_post(addr, "/api/agents/bench/after_turn", teach).await;
         assert_eq!(status, 200);
         (addr, tx, served)
     });
@@ -76,7 +75,7 @@ fn main() {
                 .map(|_| {
                     tokio::spawn(async move {
                         let t = Instant::now();
-                        let (status, reply) = post(addr, "/api/agents/bench/ingest", body).await;
+                        let (status, reply) = support::http_post(addr, "/api/agents/bench/ingest", body).await;
                         (status, reply, t.elapsed())
                     })
                 })
@@ -105,7 +104,7 @@ fn main() {
         http_p50.push(support::quantile(latencies.clone(), 0.5));
         http_p99.push(support::quantile(latencies, 0.99));
     }
-    let metrics = rt.block_on(async { post_get(addr, "/api/context-engine/metrics").await });
+    let metrics = rt.block_on(async { support::http_get(addr, "/api/context-engine/metrics").await.1 });
     let flat: serde_json::Value = serde_json::from_str(&metrics).unwrap();
     assert_eq!(flat["ingest"]["failures"], 0, "{flat}");
     assert_eq!(flat["ingest"]["calls"], 2 * CALLS * ROUNDS, "{flat}");
@@ -155,30 +154,6 @@ fn main() {
         support::median(http_p99),
         http / direct
     );
-}
-
-/// One POST on a fresh connection; returns the status and the body.
-async fn post(addr: std::net::SocketAddr, path: &str, body: &str) -> (u16, String) {
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    exchange(addr, &request).await
-}
-
-async fn post_get(addr: std::net::SocketAddr, path: &str) -> String {
-    exchange(addr, &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")).await.1
-}
-
-async fn exchange(addr: std::net::SocketAddr, request: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    (status, body)
 }
 
 fn open_fds() -> usize {

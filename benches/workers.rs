@@ -29,7 +29,6 @@ use ctxhost::protocol::{HookName, HookRequest};
 use ctxhost::runner::process::ProcessRunner;
 use ctxhost::runner::{CallOptions, Runner};
 use ctxhost::server::{ServeOptions, Server};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const REQUEST: &str = r#"{"type":"ingest","agent_id":"bench","message":"what grows in my garden?","peer_id":null}"#;
 
@@ -257,11 +256,11 @@ fn daemon_comparison(root: &Path) {
             let body = r#"{"message":"what grows in my garden?"}"#;
             // Warm up (the worker starts on the first call).
             for _ in 0..3 {
-                assert_eq!(post(addr, "/api/agents/bench/ingest", body).await.0, 200);
+                assert_eq!(support::http_post(addr, "/api/agents/bench/ingest", body).await.0, 200);
             }
             let start = Instant::now();
             for _ in 0..100 {
-                let (status, reply) = post(addr, "/api/agents/bench/ingest", body).await;
+                let (status, reply) = support::http_post(addr, "/api/agents/bench/ingest", body).await;
                 assert_eq!(status, 200, "{reply}");
             }
             let total = start.elapsed();
@@ -286,19 +285,4 @@ fn daemon_comparison(root: &Path) {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
-}
-
-async fn post(addr: std::net::SocketAddr, path: &str, body: &str) -> (u16, String) {
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    (status, body)
 }

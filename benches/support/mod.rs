@@ -57,3 +57,31 @@ pub fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
 pub fn median(v: Vec<f64>) -> f64 {
     quantile(v, 0.5)
 }
+
+/// One POST of a JSON body on a fresh connection (`Connection: close`) to a
+/// daemon the bench started; returns the status and the body.
+pub async fn http_post(addr: std::net::SocketAddr, path: &str, body: &str) -> (u16, String) {
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    http_exchange(addr, &request).await
+}
+
+/// One GET, as [`http_post`].
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    http_exchange(addr, &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")).await
+}
+
+async fn http_exchange(addr: std::net::SocketAddr, request: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}
