@@ -5,7 +5,7 @@
 //! - per runtime (python, node, native): a one-shot call, a persistent-worker
 //!   call through `ProcessRunner`, and the yardstick — a bare Rust loop that
 //!   starts the same worker script itself and writes request lines to it and
-//!   reads reply lines (goal: persistent within 1.3x of the bare loop);
+//!   reads reply lines, its stderr drained by a thread as any host must (goal: persistent within 1.3x of the bare loop);
 //! - over the daemon's agent API (an in-process `Server`): 100 sequential
 //!   ingest calls to the python worker example with `persistent_subprocess`
 //!   on and off (goal: at least 20x faster on).
@@ -157,7 +157,8 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-/// The yardstick: the worker script started directly, one line each way.
+/// The yardstick: the worker script started directly, one line each way,
+/// its stderr read by a thread.
 struct Bare {
     child: Child,
     stdin: ChildStdin,
@@ -174,9 +175,19 @@ impl Bare {
             .current_dir(&case.dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            // Read, as any host must (spec section 7: ctxhost streams it to
+            // `plugin_stderr`); the example logs a line per request.
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                if line.is_err() {
+                    break;
+                }
+            }
+        });
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
         Bare { child, stdin, stdout, line: String::new() }
