@@ -319,6 +319,11 @@ fn the_core_cases_hold_for_an_unprivileged_user() {
         "name = \"bomb\"\nversion = \"1\"\nmax_memory_mb = 32\n[hooks]\nruntime = \"bash\"\ningest = \"hook.sh\"\n",
     );
     write(&plugins.join("bomb/hook.sh"), bomb);
+    write(
+        &plugins.join("forker/plugin.toml"),
+        "name = \"forker\"\nversion = \"1\"\n[hooks]\nruntime = \"python\"\ningest = \"hooks/fork.py\"\n",
+    );
+    write(&plugins.join("forker/hooks/fork.py"), FORKER);
     std::fs::create_dir_all(&outside).unwrap();
     let ctx = root.path().join("ctxhost");
     std::fs::create_dir_all(&ctx).unwrap();
@@ -369,6 +374,21 @@ fn the_core_cases_hold_for_an_unprivileged_user() {
 
     let (_, out, err) = as_nobody("bomb", "");
     assert!(!out.contains("built"), "memory limit as an unprivileged user: {out} {err}");
+
+    // A process limit binds this user too (a cgroup where delegated, else
+    // RLIMIT_NPROC counted in the hook's own user namespace). Without a
+    // cgroup, children that left the group with `setsid` survive the call
+    // (documented): the test kills what its hook reports.
+    let (ok, out, err) = as_nobody("forker", "[sandbox]\nmax_processes = 20\n");
+    assert!(ok, "{out}\n{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    let lines = contents(&r);
+    let started: usize = lines[0].parse().unwrap();
+    for pid in &lines[1..] {
+        // SAFETY: kill(2) on pids the test's own hook just reported.
+        unsafe { libc::kill(pid.parse().unwrap(), libc::SIGKILL) };
+    }
+    assert!(started > 0 && started < 20, "at most 20 processes per call as uid 65534: {started}");
 
     // `require = true` refuses exactly when this user's sandbox is partial.
     let doctor = std::process::Command::new("setpriv")
