@@ -10,6 +10,8 @@
 //!   ingest calls to the python worker example with `persistent_subprocess`
 //!   on and off (goal: at least 20x faster on).
 //!
+//! The whole bench runs pinned to CPU 0 (see `pin_to_one_cpu`).
+//!
 //! The native worker is a tiny Rust program compiled here with `rustc`
 //! (guest-examples/native-memory answers one line and exits).
 
@@ -58,6 +60,7 @@ struct Case {
 }
 
 fn main() {
+    pin_to_one_cpu();
     let root = tempfile::tempdir().unwrap();
     let mut cases = Vec::new();
     for (label, example, program, pairs) in
@@ -296,4 +299,26 @@ fn daemon_comparison(root: &Path) {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
+}
+
+/// Runs the bench, and every process it starts (workers, the yardstick's
+/// script), on CPU 0. A worker call is a ping-pong between two processes:
+/// unpinned, where the scheduler wakes each side (same CPU or the other)
+/// decides more than the code does — the same run measured the
+/// persistent/bare ratio anywhere from 0.9x to 2.7x on this 2-core VM. On
+/// one CPU both sides pay the same switches and the difference left is the
+/// host's own work. `WORKERS_BENCH_UNPINNED=1` measures unpinned.
+fn pin_to_one_cpu() {
+    if std::env::var_os("WORKERS_BENCH_UNPINNED").is_some() {
+        println!("unpinned (WORKERS_BENCH_UNPINNED)");
+        return;
+    }
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes bit 0 of
+    // it; sched_setaffinity reads `size_of::<cpu_set_t>()` bytes of it.
+    let ok = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    };
+    println!("{}", if ok { "pinned to CPU 0 (both sides)" } else { "could not pin to one CPU; unpinned" });
 }
