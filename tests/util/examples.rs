@@ -7,8 +7,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+/// The repository (`CTXHOST_TEST_REPO_ROOT` when set: the sandbox suite
+/// re-runs itself as another user from a copy that user can read).
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CTXHOST_TEST_REPO_ROOT").map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
 }
 
 /// Copies `guest-examples/<name>` to `dest`; the native example gets its binary.
