@@ -65,6 +65,8 @@ struct Plan {
     memory_bytes: Option<u64>,
     max_processes: Option<u64>,
     features: &'static Features,
+    /// As root: the plugin's network namespace, made at its first call.
+    shared_net: std::sync::OnceLock<Option<netns::SharedNetns>>,
 }
 
 /// Everything a confinement is decided from (privileges already effective).
@@ -136,6 +138,7 @@ impl Confinement {
             memory_bytes: s.max_memory_mb.filter(|&mb| mb > 0).map(|mb| mb.saturating_mul(1024 * 1024)),
             max_processes: (i.max_processes > 0).then_some(i.max_processes),
             features,
+            shared_net: std::sync::OnceLock::new(),
         };
         Ok((Confinement { plan: Some(Arc::new(plan)) }, warnings))
     }
@@ -179,7 +182,23 @@ impl Confinement {
             None => None,
         };
         let user_ns = !f.root && f.userns;
-        let namespaces = netns::Namespaces::new(plan.isolate_net, user_ns);
+        let shared = (plan.isolate_net && f.root)
+            .then(|| {
+                plan.shared_net.get_or_init(|| match netns::SharedNetns::create() {
+                    Ok(ns) => Some(ns),
+                    Err(e) => {
+                        tracing::warn!("cannot make a shared network namespace ({e}); each call makes its own");
+                        None
+                    }
+                })
+            })
+            .and_then(Option::as_ref);
+        let namespaces = match shared {
+            // The plan (and so the fd) outlives the spawn: the Confinement
+            // holding it is borrowed for the whole of it.
+            Some(ns) => Some(netns::Namespaces::join(ns)),
+            None => netns::Namespaces::new(plan.isolate_net, user_ns),
+        };
         let mut rlimits = Vec::new();
         if let (Some(bytes), "rlimit") = (plan.memory_bytes, f.memory_limit) {
             rlimits.push((libc::RLIMIT_DATA, bytes));
