@@ -44,6 +44,7 @@
 pub mod manifest;
 pub mod protocol;
 
+pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod doctor;

@@ -1,0 +1,7 @@
+//! Agent-loop hooks (`../shared/spec/agent-hooks.md`): message, tool-call,
+//! memory and trigger interceptors that every plugin kind can take part in.
+//!
+//! Being built (issue 7). So far: [`decision`], how one plugin's answer is
+//! read and how the answers of several plugins combine.
+
+pub mod decision;
