@@ -113,24 +113,25 @@ fn script_runner(
         Some(venv) => process::Launcher::Program { program: crate::registry::venv::python(venv), args: Vec::new() },
         None => process::resolve_launcher(&manifest.settings.runtime, &manifest.dir, env.base(), &cx.home.cache_dir()),
     };
-    let (confinement, sandbox_warnings) = confinement(&manifest, cx, &env, &launcher, venv.as_deref(), &data_dir)?;
+    let (confinement, sandbox_warnings) = confinement(&manifest, cx, &launcher, venv.as_deref(), &data_dir)?;
     warnings.extend(sandbox_warnings);
     Ok((ProcessRunner::new(ProcessPlugin { manifest, launcher, env, confinement }), warnings))
 }
 
 /// The plugin's sandbox, from its effective privileges (after the grant) and
-/// what the hook will run: its HOME, launcher, virtual environment and the
-/// runtime's passthrough path variables.
+/// what the hook will run: its launcher, virtual environment, and the host's
+/// HOME and passthrough path variables (not the manifest's `[env]`, which
+/// the plugin itself could widen).
 fn confinement(
     manifest: &Manifest,
     cx: &LoadContext<'_>,
-    env: &EnvPlan,
     launcher: &process::Launcher,
     venv: Option<&Path>,
     data_dir: &Path,
 ) -> Result<(process::sandbox::Confinement, Vec<String>), LoadError> {
-    let base = env.base();
-    let var = |name: &str| base.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    // From the host's environment, never the plugin's `[env]`: a manifest
+    // the plugin can rewrite must not be able to make paths readable.
+    let var = |name: &str| (cx.host_env)(name);
     let path_vars = ["PYTHONPATH", "NODE_PATH", "RUBYLIB", "GEM_HOME", "GEM_PATH", "VIRTUAL_ENV"]
         .iter()
         .filter_map(|name| var(name))

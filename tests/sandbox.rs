@@ -499,3 +499,37 @@ fn link_or_copy(from: &Path, to: &Path) {
         std::fs::copy(from, to).unwrap();
     }
 }
+
+/// A plugin's own `[env]` cannot make paths readable: the readable set
+/// comes from the host's environment, never from a manifest the plugin
+/// could rewrite.
+#[test]
+fn a_manifests_env_cannot_widen_what_is_readable() {
+    let body = "if cat \"$HOME/.ssh/id_rsa\" >/dev/null 2>&1; then echo read-ssh; else echo denied-ssh; fi";
+    let p =
+        bash_probe(body, "[env]\nPYTHONPATH = \"${SECRETS}\"\nNODE_PATH = \"${SECRETS}\"\nRUBYLIB = \"${SECRETS}\"");
+    let home = user_home(p.root.path());
+    let a = p
+        .cmd()
+        .env("HOME", &home)
+        .env("SECRETS", home.join(".ssh"))
+        .args(["hook", p.dir.to_str().unwrap(), "ingest"])
+        .write_stdin("{}")
+        .assert()
+        .success();
+    assert_eq!(contents(&reply(&a)), ["denied-ssh"]);
+}
+
+/// A confined hook keeps no capability, even as root: no device nodes, no
+/// effective capabilities.
+#[test]
+fn a_confined_hook_has_no_capabilities() {
+    let p = bash_probe(
+        "grep '^CapEff' /proc/self/status | tr -d '\\t' \n\
+         grep '^CapBnd' /proc/self/status | tr -d '\\t' \n\
+         if mknod \"$TMPDIR/disk\" b 8 0 2>/dev/null; then echo made-device; else echo no-device; fi",
+        "",
+    );
+    let lines = ingest(&p, &user_home(p.root.path()));
+    assert_eq!(lines, ["CapEff:0000000000000000", "CapBnd:0000000000000000", "no-device"]);
+}

@@ -446,7 +446,10 @@ fn descendants(pid: i32) -> Vec<i32> {
 }
 
 fn open_fds(pid: i32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+    let dir = format!("/proc/{pid}/fd");
+    let n = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("cannot count the daemon's fds in {dir}: {e}")).count();
+    assert!(n > 0, "{dir} lists no fds");
+    n
 }
 
 fn python_worker_site() -> (tempfile::TempDir, PathBuf) {

@@ -121,10 +121,13 @@ impl FsPolicy {
     pub fn ruleset(&self, tmpdir: Option<&Path>) -> Result<RulesetCreated, RulesetError> {
         let all = AccessFs::from_all(TARGET_ABI);
         let read = AccessFs::from_read(TARGET_ABI);
+        // Writable, but no device nodes: a block device of the host's disk
+        // made in the data dir would read around every rule.
+        let write = all & !(AccessFs::MakeBlock | AccessFs::MakeChar);
         let mut ruleset = Ruleset::default().handle_access(all)?.scope(Scope::from_all(TARGET_ABI))?.create()?;
         let mut rules: Vec<(&Path, _)> = self.read.iter().map(|p| (p.as_path(), read)).collect();
-        rules.extend(self.write.iter().map(|p| (p.as_path(), all)));
-        rules.extend(tmpdir.map(|p| (p, all)));
+        rules.extend(self.write.iter().map(|p| (p.as_path(), write)));
+        rules.extend(tmpdir.map(|p| (p, write)));
         for (path, access) in rules {
             // A root that vanished since load is simply not allowed.
             if let Ok(fd) = PathFd::new(path) {

@@ -214,7 +214,10 @@ impl Confinement {
         }
         // No core dumps of a confined hook (they could land outside its dirs).
         rlimits.push((libc::RLIMIT_CORE, 0));
-        Ok((Some(ChildSteps { join, namespaces, rlimits, ruleset }), cleanup))
+        // A confined hook keeps no capability: as root it would otherwise
+        // mknod, load modules, lift its rlimits… (in a user namespace the
+        // capabilities are the namespace's, dropped all the same).
+        Ok((Some(ChildSteps { join, namespaces, rlimits, ruleset, drop_caps: true }), cleanup))
     }
 }
 
@@ -226,6 +229,7 @@ pub struct ChildSteps {
     namespaces: Option<netns::Namespaces>,
     rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
     ruleset: Option<::landlock::RulesetCreated>,
+    drop_caps: bool,
 }
 
 impl ChildSteps {
@@ -255,11 +259,71 @@ impl ChildSteps {
                 return Err(io::Error::last_os_error());
             }
         }
+        if self.drop_caps {
+            // SAFETY: prctl/capset syscalls on this process only.
+            unsafe { drop_capabilities()? };
+        }
         if let Some(ruleset) = self.ruleset.take() {
-            ruleset.restrict_self().map_err(|_| io::Error::other("landlock_restrict_self failed"))?;
+            let status = ruleset.restrict_self().map_err(|_| io::Error::from_raw_os_error(libc::EPERM))?;
+            if status.ruleset == ::landlock::RulesetStatus::NotEnforced {
+                // Decided confined, so never run unconfined.
+                return Err(io::Error::from_raw_os_error(libc::ENOSYS));
+            }
         }
         Ok(())
     }
+}
+
+/// Drops every capability for good: the bounding set, the ambient set,
+/// then effective/permitted/inheritable, with securebits locked so that an
+/// exec as uid 0 does not grant them back.
+///
+/// # Safety
+/// Between fork and exec: raw syscalls, no allocation.
+unsafe fn drop_capabilities() -> io::Result<()> {
+    const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
+    const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
+    const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
+    const SECBIT_NO_SETUID_FIXUP_LOCKED: libc::c_ulong = 1 << 3;
+    const SECBIT_KEEP_CAPS_LOCKED: libc::c_ulong = 1 << 5;
+    const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    // SAFETY: prctl and capset with valid arguments on the calling process.
+    unsafe {
+        // Needs CAP_SETPCAP, so before the sets are emptied.
+        let bits = SECBIT_NOROOT
+            | SECBIT_NOROOT_LOCKED
+            | SECBIT_NO_SETUID_FIXUP
+            | SECBIT_NO_SETUID_FIXUP_LOCKED
+            | SECBIT_KEEP_CAPS_LOCKED;
+        if libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        for cap in 0..64 {
+            // EINVAL past the kernel's last capability: done.
+            if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
+                break;
+            }
+        }
+        libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+        let header = Header { version: CAPABILITY_VERSION_3, pid: 0 };
+        let data = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
+        if libc::syscall(libc::SYS_capset, &header, data.as_ptr()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// What must happen when a confined process's life ends: its cgroup killed

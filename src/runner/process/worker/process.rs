@@ -328,7 +328,11 @@ impl Drop for Worker {
             let _ = stop.send(());
         }
         if let Some(dir) = self.tmpdir.take() {
-            remove_tree(&dir);
+            // A large TMPDIR must not stall a runtime thread.
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle) => drop(handle.spawn_blocking(move || remove_tree(&dir))),
+                Err(_) => remove_tree(&dir),
+            }
         }
     }
 }
