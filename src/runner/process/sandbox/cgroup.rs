@@ -225,6 +225,16 @@ impl CallCgroup {
     }
 }
 
+impl Drop for CallCgroup {
+    /// Cgroups still held here were never used (creation failed part-way):
+    /// they are empty, so removing them does not wait.
+    fn drop(&mut self) {
+        for dir in self.dirs.drain(..).rev() {
+            let _ = std::fs::remove_dir(&dir);
+        }
+    }
+}
+
 /// SIGKILLs every process listed in `dir/cgroup.procs`, until it lists none
 /// (a forking process is caught in a later round; bounded).
 fn kill_listed(dir: &Path) {
