@@ -2,6 +2,9 @@
 //! memory and trigger interceptors that every plugin kind can take part in.
 //!
 //! Being built (issue 7). So far: [`decision`], how one plugin's answer is
-//! read and how the answers of several plugins combine.
+//! read and how the answers of several plugins combine; [`config`], the
+//! typed per-plugin config service (one `PluginConfig` per plugin, behind
+//! the caller's lock when agents share it).
 
+pub mod config;
 pub mod decision;

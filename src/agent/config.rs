@@ -1,0 +1,296 @@
+//! The config service of agent-loop plugins (`../shared/spec/agent-hooks.md`,
+//! "Host services"): a typed schema, values coerced by type, persisted per
+//! plugin, and a change event for **every** set (FaustBot never fires
+//! `config_changed` for plugin config).
+//!
+//! Schemas come as a list of fields or as FaustBot's legacy lines
+//! `KEY:type:label=default`. Values live in `<data dir>/agent_config.json`,
+//! replaced atomically. This module stores and checks; it never calls a
+//! plugin (the caller turns each [`Change`] into a `config_changed` call).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The type of a config field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FieldType {
+    Str,
+    Int,
+    Float,
+    Bool,
+    Json,
+    Text,
+}
+
+impl FieldType {
+    fn parse(name: &str) -> Option<FieldType> {
+        Some(match name.trim().to_ascii_lowercase().as_str() {
+            "str" | "string" => FieldType::Str,
+            "int" | "integer" => FieldType::Int,
+            "float" | "number" => FieldType::Float,
+            "bool" | "boolean" => FieldType::Bool,
+            "json" => FieldType::Json,
+            "text" => FieldType::Text,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            FieldType::Str => "str",
+            FieldType::Int => "int",
+            FieldType::Float => "float",
+            FieldType::Bool => "bool",
+            FieldType::Json => "json",
+            FieldType::Text => "text",
+        }
+    }
+}
+
+/// One field of a schema.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Field {
+    pub key: String,
+    #[serde(rename = "type")]
+    pub kind: FieldType,
+    #[serde(default)]
+    pub label: String,
+    #[serde(default)]
+    pub default: Value,
+    #[serde(default)]
+    pub description: String,
+}
+
+/// A schema, a value or a file that is not what it should be.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("config schema line {line:?}: {reason} (expected `KEY:type:label=default`)")]
+    LegacyLine { line: String, reason: String },
+    #[error("config key `{key}` is not in the plugin's schema{hint}")]
+    UnknownKey { key: String, hint: String },
+    #[error("config key `{key}` expects {expected}, got {got}")]
+    Type { key: String, expected: &'static str, got: String },
+    #[error("config file `{}`: {reason}", path.display())]
+    File { path: PathBuf, reason: String },
+}
+
+/// Parses FaustBot's legacy schema lines (`KEY:type:label=default`; the
+/// label and the default are optional).
+///
+/// # Errors
+/// A line without a key, or with an unknown type, named.
+pub fn parse_legacy(lines: &[String]) -> Result<Vec<Field>, ConfigError> {
+    lines
+        .iter()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let fail = |reason: &str| ConfigError::LegacyLine { line: line.clone(), reason: reason.to_owned() };
+            let mut parts = line.splitn(3, ':');
+            let key = parts.next().map(str::trim).filter(|k| !k.is_empty()).ok_or_else(|| fail("no key"))?;
+            let kind_text = parts.next().ok_or_else(|| fail("no type"))?;
+            let kind = FieldType::parse(kind_text).ok_or_else(|| fail("unknown type"))?;
+            let (label, default) = match parts.next() {
+                Some(rest) => match rest.split_once('=') {
+                    Some((label, default)) => (label.trim().to_owned(), Some(default.trim().to_owned())),
+                    None => (rest.trim().to_owned(), None),
+                },
+                None => (String::new(), None),
+            };
+            let default = match default {
+                Some(text) => coerce(key, kind, &Value::String(text))?,
+                None => Value::Null,
+            };
+            Ok(Field { key: key.to_owned(), kind, label, default, description: String::new() })
+        })
+        .collect()
+}
+
+/// `value` as field type `kind` demands: strings are parsed for numbers,
+/// booleans and JSON (as a form or a legacy default gives them).
+///
+/// # Errors
+/// A value that cannot be read as that type.
+pub fn coerce(key: &str, kind: FieldType, value: &Value) -> Result<Value, ConfigError> {
+    let bad = || ConfigError::Type { key: key.to_owned(), expected: kind.name(), got: value.to_string() };
+    Ok(match (kind, value) {
+        (FieldType::Str | FieldType::Text, Value::String(_)) => value.clone(),
+        (FieldType::Str | FieldType::Text, Value::Number(n)) => Value::String(n.to_string()),
+        (FieldType::Str | FieldType::Text, Value::Bool(b)) => Value::String(b.to_string()),
+        (FieldType::Int, Value::Number(n)) if n.is_i64() || n.is_u64() => value.clone(),
+        (FieldType::Int, Value::Number(n)) => match n.as_f64() {
+            Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Value::from(f as i64),
+            _ => return Err(bad()),
+        },
+        (FieldType::Int, Value::String(s)) => Value::from(s.trim().parse::<i64>().map_err(|_| bad())?),
+        (FieldType::Float, Value::Number(_)) => value.clone(),
+        (FieldType::Float, Value::String(s)) => {
+            serde_json::Number::from_f64(s.trim().parse::<f64>().map_err(|_| bad())?)
+                .map(Value::Number)
+                .ok_or_else(bad)?
+        }
+        (FieldType::Bool, Value::Bool(_)) => value.clone(),
+        (FieldType::Bool, Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" | "on" => Value::Bool(true),
+            "false" | "0" | "no" | "off" | "" => Value::Bool(false),
+            _ => return Err(bad()),
+        },
+        (FieldType::Json, Value::String(s)) => serde_json::from_str(s).unwrap_or_else(|_| value.clone()),
+        (FieldType::Json, _) => value.clone(),
+        (_, Value::Null) => Value::Null,
+        _ => return Err(bad()),
+    })
+}
+
+/// One `set`: what `config_changed` reports.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Change {
+    pub key: String,
+    pub old: Value,
+    pub new: Value,
+}
+
+/// One plugin's config: its schema and its stored values.
+#[derive(Debug)]
+pub struct PluginConfig {
+    schema: Vec<Field>,
+    values: BTreeMap<String, Value>,
+    file: PathBuf,
+}
+
+impl PluginConfig {
+    /// The config stored under `data_dir` (none yet: no values).
+    ///
+    /// # Errors
+    /// A file that exists but cannot be read or is not a JSON object.
+    pub fn open(data_dir: &Path, schema: Vec<Field>) -> Result<PluginConfig, ConfigError> {
+        let file = data_dir.join("agent_config.json");
+        let values = match std::fs::read_to_string(&file) {
+            Ok(text) => serde_json::from_str(&text)
+                .map_err(|e| ConfigError::File { path: file.clone(), reason: format!("not a JSON object: {e}") })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) => return Err(ConfigError::File { path: file.clone(), reason: e.to_string() }),
+        };
+        Ok(PluginConfig { schema, values, file })
+    }
+
+    pub fn schema(&self) -> &[Field] {
+        &self.schema
+    }
+
+    fn field(&self, key: &str) -> Result<&Field, ConfigError> {
+        self.schema.iter().find(|f| f.key == key).ok_or_else(|| ConfigError::UnknownKey {
+            key: key.to_owned(),
+            hint: crate::hint::did_you_mean(key, self.schema.iter().map(|f| f.key.as_str())),
+        })
+    }
+
+    /// The stored value, else the schema default, else `fallback`.
+    pub fn get(&self, key: &str, fallback: Value) -> Value {
+        match self.values.get(key) {
+            Some(v) => v.clone(),
+            None => match self.schema.iter().find(|f| f.key == key) {
+                Some(f) if !f.default.is_null() => f.default.clone(),
+                _ => fallback,
+            },
+        }
+    }
+
+    /// Every key of the schema with its current value.
+    pub fn values(&self) -> BTreeMap<String, Value> {
+        self.schema.iter().map(|f| (f.key.clone(), self.get(&f.key, Value::Null))).collect()
+    }
+
+    /// Coerces and stores `value`, persisting at once. Returns the change,
+    /// also when the value did not change (every set is reported).
+    ///
+    /// # Errors
+    /// An unknown key, a value of the wrong type, or a file that cannot be
+    /// written.
+    pub fn set(&mut self, key: &str, value: &Value) -> Result<Change, ConfigError> {
+        let field = self.field(key)?;
+        let new = coerce(key, field.kind, value)?;
+        let old = self.get(key, Value::Null);
+        self.values.insert(key.to_owned(), new.clone());
+        self.save()?;
+        Ok(Change { key: key.to_owned(), old, new })
+    }
+
+    fn save(&self) -> Result<(), ConfigError> {
+        let text = serde_json::to_string_pretty(&self.values).unwrap_or_else(|_| "{}".into());
+        crate::home::Home::write_atomic(&self.file, text.as_bytes())
+            .map_err(|e| ConfigError::File { path: self.file.clone(), reason: e.to_string() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn legacy_lines_become_fields() {
+        let lines =
+            ["PUSH_THRESHOLD:int:Push threshold=3", "NAME:str", "ON:bool:Enabled=yes", ""].map(str::to_owned).to_vec();
+        let fields = parse_legacy(&lines).unwrap();
+        assert_eq!(fields.len(), 3);
+        assert_eq!(
+            (fields[0].key.as_str(), fields[0].kind, &fields[0].default),
+            ("PUSH_THRESHOLD", FieldType::Int, &json!(3))
+        );
+        assert_eq!(fields[0].label, "Push threshold");
+        assert_eq!((fields[1].kind, &fields[1].default), (FieldType::Str, &Value::Null));
+        assert_eq!(fields[2].default, json!(true));
+        let err = parse_legacy(&["X:colour".to_owned()]).unwrap_err().to_string();
+        assert!(err.contains("unknown type"), "{err}");
+        assert!(parse_legacy(&[":int".to_owned()]).unwrap_err().to_string().contains("no key"));
+    }
+
+    #[test]
+    fn values_are_coerced_by_type() {
+        assert_eq!(coerce("k", FieldType::Int, &json!("42")).unwrap(), json!(42));
+        assert_eq!(coerce("k", FieldType::Int, &json!(7.0)).unwrap(), json!(7));
+        assert_eq!(coerce("k", FieldType::Float, &json!("0.5")).unwrap(), json!(0.5));
+        assert_eq!(coerce("k", FieldType::Bool, &json!("off")).unwrap(), json!(false));
+        assert_eq!(coerce("k", FieldType::Str, &json!(3)).unwrap(), json!("3"));
+        assert_eq!(coerce("k", FieldType::Json, &json!("{\"a\":1}")).unwrap(), json!({"a": 1}));
+        let err = coerce("LIMIT", FieldType::Int, &json!("many")).unwrap_err().to_string();
+        assert_eq!(err, "config key `LIMIT` expects int, got \"many\"");
+        assert!(coerce("k", FieldType::Int, &json!(1.5)).is_err());
+        assert!(coerce("k", FieldType::Bool, &json!([1])).is_err());
+    }
+
+    #[test]
+    fn every_set_is_reported_and_persisted() {
+        let dir = tempfile::tempdir().unwrap();
+        let schema = parse_legacy(&["LIMIT:int:Limit=3".to_owned(), "NAME:str".to_owned()]).unwrap();
+        let mut config = PluginConfig::open(dir.path(), schema.clone()).unwrap();
+        assert_eq!(config.get("LIMIT", json!(0)), json!(3), "the schema default");
+        assert_eq!(config.get("NAME", json!("anon")), json!("anon"), "the caller's fallback");
+        assert_eq!(config.get("OTHER", json!(1)), json!(1));
+
+        let change = config.set("LIMIT", &json!("5")).unwrap();
+        assert_eq!(change, Change { key: "LIMIT".into(), old: json!(3), new: json!(5) });
+        let again = config.set("LIMIT", &json!(5)).unwrap();
+        assert_eq!((again.old, again.new), (json!(5), json!(5)), "a set to the same value is still reported");
+        let err = config.set("LIMT", &json!(1)).unwrap_err().to_string();
+        assert!(err.contains("did you mean `LIMIT`"), "{err}");
+        assert!(config.set("LIMIT", &json!("lots")).is_err());
+        assert_eq!(config.get("LIMIT", json!(0)), json!(5), "a refused set changes nothing");
+
+        // Survives a restart.
+        let reopened = PluginConfig::open(dir.path(), schema).unwrap();
+        assert_eq!(
+            reopened.values(),
+            BTreeMap::from([("LIMIT".to_owned(), json!(5)), ("NAME".to_owned(), Value::Null)])
+        );
+
+        std::fs::write(dir.path().join("agent_config.json"), "[1]").unwrap();
+        let err = PluginConfig::open(dir.path(), Vec::new()).unwrap_err().to_string();
+        assert!(err.contains("agent_config.json") && err.contains("not a JSON object"), "{err}");
+    }
+}
