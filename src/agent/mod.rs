@@ -4,7 +4,9 @@
 //! Being built (issue 7). So far: [`decision`], how one plugin's answer is
 //! read and how the answers of several plugins combine; [`config`], the
 //! typed per-plugin config service (one `PluginConfig` per plugin, behind
-//! the caller's lock when agents share it).
+//! the caller's lock when agents share it); [`vfs`], the virtual file store
+//! (one `Vfs`, likewise behind a lock).
 
 pub mod config;
 pub mod decision;
+pub mod vfs;
