@@ -5,8 +5,10 @@
 //! read and how the answers of several plugins combine; [`config`], the
 //! typed per-plugin config service (one `PluginConfig` per plugin, behind
 //! the caller's lock when agents share it); [`vfs`], the virtual file store
-//! (one `Vfs`, likewise behind a lock).
+//! (one `Vfs`, likewise behind a lock); [`triggers`], the trigger store and
+//! what is due when.
 
 pub mod config;
 pub mod decision;
+pub mod triggers;
 pub mod vfs;
