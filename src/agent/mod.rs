@@ -6,9 +6,11 @@
 //! typed per-plugin config service (one `PluginConfig` per plugin, behind
 //! the caller's lock when agents share it); [`vfs`], the virtual file store
 //! (one `Vfs`, likewise behind a lock); [`triggers`], the trigger store and
-//! what is due when.
+//! what is due when; [`storage`], per-plugin key-value storage in global and
+//! per-agent scopes. Nothing calls plugins through these yet.
 
 pub mod config;
 pub mod decision;
+pub mod storage;
 pub mod triggers;
 pub mod vfs;
