@@ -146,13 +146,19 @@ pub(crate) fn show_warnings(warnings: &[String]) {
 
 /// Resolves on the first SIGINT or SIGTERM, naming it (commands that run
 /// until stopped, and `hook`, which must kill its hook's group on either).
-pub(crate) async fn interrupted() -> &'static str {
+/// The handlers are installed when this is *called* (inside a runtime), not
+/// when the future is first polled: a daemon calls it before it says it is
+/// ready, so a SIGTERM right after can never take the default action.
+pub(crate) fn interrupted() -> impl std::future::Future<Output = &'static str> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => "SIGINT",
-        _ = term.recv() => "SIGTERM",
+    let handlers = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()));
+    async move {
+        let (Ok(mut int), Ok(mut term)) = handlers else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = int.recv() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+        }
     }
 }

@@ -69,6 +69,9 @@ pub fn exec(args: ServeArgs, home: &Home) -> CliResult {
     let token = args.token.or_else(|| config.server.token.clone()).filter(|t| !t.is_empty());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
+        // Handlers first: a SIGTERM that follows the address line must stop
+        // the daemon gracefully, never kill it.
+        let stop = super::interrupted();
         let server = Server::bind(home.clone(), config, ServeOptions { addr, token, watch: args.watch }).await?;
         let bound = server.local_addr()?;
         let mut out = std::io::stdout().lock();
@@ -77,7 +80,7 @@ pub fn exec(args: ServeArgs, home: &Home) -> CliResult {
         drop(out);
         server
             .run(async {
-                let signal = super::interrupted().await;
+                let signal = stop.await;
                 tracing::info!("{signal}: shutting down");
             })
             .await?;

@@ -61,8 +61,9 @@ pub fn exec(args: SidecarArgs, home: &Home) -> CliResult {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let input = std::io::BufReader::with_capacity(1 << 16, std::io::stdin());
     let report = runtime.block_on(async {
-        let stop = async {
-            super::interrupted().await;
+        let signal = super::interrupted();
+        let stop = async move {
+            signal.await;
         };
         sidecar::serve(Arc::new(engine), input, std::io::stdout(), options, stop).await
     });
