@@ -169,12 +169,13 @@ impl PluginConfig {
     /// A file that exists but cannot be read or is not a JSON object.
     pub fn open(data_dir: &Path, schema: Vec<Field>) -> Result<PluginConfig, ConfigError> {
         let file = data_dir.join("agent_config.json");
-        let values = match std::fs::read_to_string(&file) {
-            Ok(text) => serde_json::from_str(&text)
-                .map_err(|e| ConfigError::File { path: file.clone(), reason: format!("not a JSON object: {e}") })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-            Err(e) => return Err(ConfigError::File { path: file.clone(), reason: e.to_string() }),
-        };
+        let values = super::load_json(&file).map_err(|e| {
+            let reason = match e {
+                super::JsonFileError::Parse(e) => format!("not a JSON object: {e}"),
+                super::JsonFileError::Read(e) => e.to_string(),
+            };
+            ConfigError::File { path: file.clone(), reason }
+        })?;
         Ok(PluginConfig { schema, values, file })
     }
 
@@ -221,9 +222,8 @@ impl PluginConfig {
     }
 
     fn save(&self) -> Result<(), ConfigError> {
-        let text = serde_json::to_string_pretty(&self.values).unwrap_or_else(|_| "{}".into());
-        crate::home::Home::write_atomic(&self.file, text.as_bytes())
-            .map_err(|e| ConfigError::File { path: self.file.clone(), reason: e.to_string() })
+        super::save_json(&self.file, &self.values)
+            .map_err(|reason| ConfigError::File { path: self.file.clone(), reason })
     }
 }
 

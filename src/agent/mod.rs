@@ -14,3 +14,28 @@ pub mod decision;
 pub mod storage;
 pub mod triggers;
 pub mod vfs;
+
+/// How a service's JSON file failed to load.
+#[derive(Debug, thiserror::Error)]
+enum JsonFileError {
+    #[error("{0}")]
+    Read(std::io::Error),
+    #[error("{0}")]
+    Parse(serde_json::Error),
+}
+
+/// The value stored in `file`, or the default when there is no file yet:
+/// how every service here loads its state.
+fn load_json<T: serde::de::DeserializeOwned + Default>(file: &std::path::Path) -> Result<T, JsonFileError> {
+    match std::fs::read_to_string(file) {
+        Ok(text) => serde_json::from_str(&text).map_err(JsonFileError::Parse),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(T::default()),
+        Err(e) => Err(JsonFileError::Read(e)),
+    }
+}
+
+/// Replaces `file` with `value` as JSON, atomically; the error's text.
+fn save_json<T: serde::Serialize>(file: &std::path::Path, value: &T) -> Result<(), String> {
+    let text = serde_json::to_string(value).unwrap_or_else(|_| "{}".into());
+    crate::home::Home::write_atomic(file, text.as_bytes()).map_err(|e| e.to_string())
+}

@@ -52,11 +52,7 @@ impl Storage {
     pub fn open(data_dir: &Path) -> Result<Storage, StorageError> {
         let file = data_dir.join("agent_storage.json");
         let fail = |reason: String| StorageError { file: file.clone(), reason };
-        let spaces = match std::fs::read_to_string(&file) {
-            Ok(text) => serde_json::from_str(&text).map_err(|e| fail(e.to_string()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Spaces::default(),
-            Err(e) => return Err(fail(e.to_string())),
-        };
+        let spaces = super::load_json(&file).map_err(|e| fail(e.to_string()))?;
         Ok(Storage { spaces, file })
     }
 
@@ -106,9 +102,7 @@ impl Storage {
     }
 
     fn save(&self) -> Result<(), StorageError> {
-        let text = serde_json::to_string(&self.spaces).unwrap_or_else(|_| "{}".into());
-        crate::home::Home::write_atomic(&self.file, text.as_bytes())
-            .map_err(|e| StorageError { file: self.file.clone(), reason: e.to_string() })
+        super::save_json(&self.file, &self.spaces).map_err(|reason| StorageError { file: self.file.clone(), reason })
     }
 }
 

@@ -115,11 +115,7 @@ impl Triggers {
     /// A file that exists but cannot be read or parsed.
     pub fn open(file: &Path) -> Result<Triggers, TriggerError> {
         let fail = |reason: String| TriggerError::File { file: file.to_owned(), reason };
-        let stored = match std::fs::read_to_string(file) {
-            Ok(text) => serde_json::from_str(&text).map_err(|e| fail(e.to_string()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-            Err(e) => return Err(fail(e.to_string())),
-        };
+        let stored = super::load_json(file).map_err(|e| fail(e.to_string()))?;
         Ok(Triggers { stored, file: file.to_owned() })
     }
 
@@ -252,9 +248,8 @@ impl Triggers {
     }
 
     fn save(&self) -> Result<(), TriggerError> {
-        let text = serde_json::to_string(&self.stored).unwrap_or_else(|_| "{}".into());
-        crate::home::Home::write_atomic(&self.file, text.as_bytes())
-            .map_err(|e| TriggerError::File { file: self.file.clone(), reason: e.to_string() })
+        super::save_json(&self.file, &self.stored)
+            .map_err(|reason| TriggerError::File { file: self.file.clone(), reason })
     }
 }
 

@@ -93,11 +93,7 @@ impl Vfs {
     /// A file that exists but cannot be read or parsed.
     pub fn open(file: &Path) -> Result<Vfs, VfsError> {
         let fail = |reason: String| VfsError::File { file: file.to_owned(), reason };
-        let nodes = match std::fs::read_to_string(file) {
-            Ok(text) => serde_json::from_str(&text).map_err(|e| fail(e.to_string()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-            Err(e) => return Err(fail(e.to_string())),
-        };
+        let nodes = super::load_json(file).map_err(|e| fail(e.to_string()))?;
         Ok(Vfs { nodes, file: file.to_owned() })
     }
 
@@ -197,9 +193,7 @@ impl Vfs {
     }
 
     fn save(&self) -> Result<(), VfsError> {
-        let text = serde_json::to_string(&self.nodes).unwrap_or_else(|_| "{}".into());
-        crate::home::Home::write_atomic(&self.file, text.as_bytes())
-            .map_err(|e| VfsError::File { file: self.file.clone(), reason: e.to_string() })
+        super::save_json(&self.file, &self.nodes).map_err(|reason| VfsError::File { file: self.file.clone(), reason })
     }
 }
 
