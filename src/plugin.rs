@@ -239,6 +239,9 @@ pub struct LoadedPlugin {
     pub settings: crate::manifest::ExecSettings,
     /// The hooks it takes part in: `[hooks]` for scripts, `describe()` for components.
     pub hooks: std::collections::BTreeSet<crate::protocol::HookName>,
+    /// Agent-loop declarations: the manifest's for scripts, `describe-agent`
+    /// for components.
+    pub agent: crate::manifest::AgentDecl,
     pub warnings: Vec<String>,
 }
 
@@ -265,12 +268,14 @@ pub fn load_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, Loa
                 Some(&cx.home.cache_dir().join("components")),
             )?;
             let hooks = runner.hooks().clone();
+            let agent = runner.agent_decl().cloned().unwrap_or_else(|| manifest.agent.clone());
             Ok(LoadedPlugin {
                 name: manifest.name.clone(),
                 version: manifest.version.clone(),
                 runner: std::sync::Arc::new(crate::runner::wasm::component::ComponentHandle(std::sync::Arc::new(
                     runner,
                 ))),
+                agent,
                 settings: manifest.settings,
                 hooks,
                 warnings,
@@ -290,6 +295,7 @@ pub fn load_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, Loa
                 version: manifest.version.clone(),
                 settings: manifest.settings.clone(),
                 hooks: runner.hooks().collect(),
+                agent: manifest.agent.clone(),
                 runner: std::sync::Arc::new(crate::runner::wasm::core_module::CoreModuleHandle(std::sync::Arc::new(
                     runner,
                 ))),
@@ -312,6 +318,7 @@ impl LoadedPlugin {
             version: manifest.version.clone(),
             settings: manifest.settings.clone(),
             hooks: manifest.hooks.keys().copied().collect(),
+            agent: manifest.agent.clone(),
             runner: std::sync::Arc::new(runner),
             warnings,
         }

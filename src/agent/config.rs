@@ -110,6 +110,45 @@ pub fn parse_legacy(lines: &[String]) -> Result<Vec<Field>, ConfigError> {
         .collect()
 }
 
+/// A schema as a service call or a manifest gives it: a list whose items are
+/// field objects (`{"key","type",…}`) or legacy lines, or an object of
+/// `KEY = {type, label, default, description}` (plugin.toml's
+/// `[agent_config]`).
+///
+/// # Errors
+/// An item that is neither, named.
+pub fn parse_schema(schema: &Value) -> Result<Vec<Field>, ConfigError> {
+    let field = |key: Option<&str>, v: &Value| -> Result<Field, ConfigError> {
+        let mut v = v.clone();
+        if let (Some(key), Value::Object(m)) = (key, &mut v) {
+            m.insert("key".into(), Value::String(key.to_owned()));
+        }
+        let text = v.to_string();
+        let mut f: Field = serde_json::from_value(v)
+            .map_err(|e| ConfigError::LegacyLine { line: text, reason: format!("not a schema field: {e}") })?;
+        if !f.default.is_null() {
+            f.default = coerce(&f.key, f.kind, &f.default)?;
+        }
+        Ok(f)
+    };
+    match schema {
+        Value::Array(items) => items
+            .iter()
+            .map(|item| match item {
+                Value::String(line) => parse_legacy(std::slice::from_ref(line)).map(|mut fs| fs.pop()).and_then(|f| {
+                    f.ok_or_else(|| ConfigError::LegacyLine { line: line.clone(), reason: "empty".into() })
+                }),
+                other => field(None, other),
+            })
+            .collect(),
+        Value::Object(map) => map.iter().map(|(k, v)| field(Some(k), v)).collect(),
+        Value::Null => Ok(Vec::new()),
+        other => {
+            Err(ConfigError::LegacyLine { line: other.to_string(), reason: "a schema is a list or a table".into() })
+        }
+    }
+}
+
 /// `value` as field type `kind` demands: strings are parsed for numbers,
 /// booleans and JSON (as a form or a legacy default gives them).
 ///
@@ -204,6 +243,21 @@ impl PluginConfig {
     /// Every key of the schema with its current value.
     pub fn values(&self) -> BTreeMap<String, Value> {
         self.schema.iter().map(|f| (f.key.clone(), self.get(&f.key, Value::Null))).collect()
+    }
+
+    /// Replaces the schema (a plugin registering its fields at run time);
+    /// stored values are kept.
+    pub fn set_schema(&mut self, schema: Vec<Field>) {
+        self.schema = schema;
+    }
+
+    /// Whether `value` would be accepted for `key`, without storing it.
+    ///
+    /// # Errors
+    /// As [`PluginConfig::set`], minus the file.
+    pub fn check(&self, key: &str, value: &Value) -> Result<Value, ConfigError> {
+        let field = self.field(key)?;
+        coerce(key, field.kind, value)
     }
 
     /// Coerces and stores `value`, persisting at once. Returns the change,

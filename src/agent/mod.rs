@@ -11,6 +11,7 @@
 
 pub mod config;
 pub mod decision;
+pub mod services;
 pub mod storage;
 pub mod triggers;
 pub mod vfs;

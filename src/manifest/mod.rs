@@ -9,6 +9,7 @@
 //! file, data dir and logs are keyed by it); the `name` key must obey the same
 //! rule, and a mismatch is warned about.
 
+mod agent;
 mod config;
 mod error;
 mod reader;
@@ -22,6 +23,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+pub use agent::{AGENT_KEYS, AgentDecl, Frontend, ScheduleSpec, ToolSpec};
 pub use config::{CONFIG_FIELDS, ConfigField, ConfigType, resolve as resolve_config};
 pub use error::{HookPathError, ManifestError, ManifestErrorKind};
 pub use runtime::Runtime;
@@ -50,6 +52,13 @@ const TOP_KEYS: &[&str] = &[
     "hooks",
     "component",
     "sandbox",
+    "priority",
+    "tools",
+    "schedules",
+    "agent_config",
+    "prompt_suffix",
+    "frontend",
+    "heartbeat_secs",
 ];
 
 /// A checked plugin manifest.
@@ -81,6 +90,8 @@ pub struct Manifest {
     /// `[sandbox]`: the limits and grants of a component plugin.
     pub sandbox: Sandbox,
     pub settings: ExecSettings,
+    /// Agent-loop declarations: priority, tools, schedules, config schema, …
+    pub agent: AgentDecl,
     /// Keys this version does not know, kept as written.
     pub unknown: toml::Table,
 }
@@ -285,6 +296,7 @@ impl Manifest {
             None => None,
         };
         let sandbox = read_sandbox(&mut r, &dir)?;
+        let agent = AgentDecl::read(&mut r)?;
         if component.is_some() && settings.runtime != Runtime::Wasm {
             return Err(r.error(
                 "component",
@@ -329,6 +341,7 @@ impl Manifest {
             component,
             sandbox,
             settings,
+            agent,
             unknown,
         };
         Ok(Loaded { manifest, warnings })

@@ -5,6 +5,10 @@ use std::str::FromStr;
 
 /// One lifecycle point. The wire spelling (`as_str`) is also the manifest key
 /// under `[hooks]` and the `type` of the request.
+///
+/// The first nine are the context-engine hooks (`script-protocol.md`); the
+/// rest are the agent-loop hooks of `agent-hooks.md`, whose requests travel
+/// as [`crate::protocol::AgentRequest`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum HookName {
     Bootstrap,
@@ -17,11 +21,31 @@ pub enum HookName {
     MergeSubagent,
     /// LibreFang's generic event hook; its request is passed through as given.
     OnEvent,
+    MessageReceived,
+    LlmRequestPre,
+    ToolCallPre,
+    ToolCallPost,
+    AgentEventSent,
+    MemoryReadPre,
+    MemoryReadPost,
+    MemoryWritePre,
+    MemoryWritePost,
+    TriggerAppend,
+    TriggerFire,
+    Heartbeat,
+    HealthCheck,
+    ConfigChanged,
+    Communicate,
+    RunSchedule,
+    /// A registered tool called through the host (`call_tool(name, args)`).
+    CallTool,
+    /// The content of a symbolic vfs node this plugin owns, computed now.
+    ReadSymbolic,
 }
 
 impl HookName {
-    /// Every hook, in lifecycle order.
-    pub const ALL: [HookName; 9] = [
+    /// The context-engine hooks, in lifecycle order.
+    pub const CONTEXT: [HookName; 9] = [
         HookName::Bootstrap,
         HookName::Ingest,
         HookName::Assemble,
@@ -32,6 +56,43 @@ impl HookName {
         HookName::MergeSubagent,
         HookName::OnEvent,
     ];
+
+    /// The agent-loop hooks, in the order of the spec's table.
+    pub const AGENT: [HookName; 18] = [
+        HookName::MessageReceived,
+        HookName::LlmRequestPre,
+        HookName::ToolCallPre,
+        HookName::ToolCallPost,
+        HookName::AgentEventSent,
+        HookName::MemoryReadPre,
+        HookName::MemoryReadPost,
+        HookName::MemoryWritePre,
+        HookName::MemoryWritePost,
+        HookName::TriggerAppend,
+        HookName::TriggerFire,
+        HookName::Heartbeat,
+        HookName::HealthCheck,
+        HookName::ConfigChanged,
+        HookName::Communicate,
+        HookName::RunSchedule,
+        HookName::CallTool,
+        HookName::ReadSymbolic,
+    ];
+
+    /// Every hook: the context hooks, then the agent-loop hooks.
+    pub const ALL: [HookName; 27] = {
+        let mut all = [HookName::Bootstrap; 27];
+        let mut i = 0;
+        while i < 9 {
+            all[i] = HookName::CONTEXT[i];
+            i += 1;
+        }
+        while i < 27 {
+            all[i] = HookName::AGENT[i - 9];
+            i += 1;
+        }
+        all
+    };
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -44,6 +105,38 @@ impl HookName {
             HookName::PrepareSubagent => "prepare_subagent",
             HookName::MergeSubagent => "merge_subagent",
             HookName::OnEvent => "on_event",
+            HookName::MessageReceived => "message_received",
+            HookName::LlmRequestPre => "llm_request_pre",
+            HookName::ToolCallPre => "tool_call_pre",
+            HookName::ToolCallPost => "tool_call_post",
+            HookName::AgentEventSent => "agent_event_sent",
+            HookName::MemoryReadPre => "memory_read_pre",
+            HookName::MemoryReadPost => "memory_read_post",
+            HookName::MemoryWritePre => "memory_write_pre",
+            HookName::MemoryWritePost => "memory_write_post",
+            HookName::TriggerAppend => "trigger_append",
+            HookName::TriggerFire => "trigger_fire",
+            HookName::Heartbeat => "heartbeat",
+            HookName::HealthCheck => "health_check",
+            HookName::ConfigChanged => "config_changed",
+            HookName::Communicate => "communicate",
+            HookName::RunSchedule => "run_schedule",
+            HookName::CallTool => "call_tool",
+            HookName::ReadSymbolic => "read_symbolic",
+        }
+    }
+
+    /// Whether this is an agent-loop hook (not a context-engine one).
+    pub fn is_agent(self) -> bool {
+        !HookName::CONTEXT.contains(&self)
+    }
+
+    /// The JSON-RPC method a `worker_protocol = "jsonrpc"` worker is called
+    /// with: `hook/<name>`, except the symbolic read, `vfs/read_symbolic`.
+    pub fn rpc_method(self) -> String {
+        match self {
+            HookName::ReadSymbolic => "vfs/read_symbolic".to_owned(),
+            other => format!("hook/{}", other.as_str()),
         }
     }
 
@@ -93,5 +186,18 @@ mod tests {
     fn unknown_hook_lists_valid_ones() {
         let err = "ingestt".parse::<HookName>().unwrap_err();
         assert!(err.to_string().starts_with("unknown hook `ingestt` (valid hooks: bootstrap, ingest,"));
+    }
+
+    #[test]
+    fn all_is_context_then_agent_without_repeats() {
+        let mut seen = std::collections::BTreeSet::new();
+        for hook in HookName::ALL {
+            assert!(seen.insert(hook), "{hook} twice");
+        }
+        assert_eq!(HookName::ALL[..9], HookName::CONTEXT);
+        assert_eq!(HookName::ALL[9..], HookName::AGENT);
+        assert!(!HookName::Ingest.is_agent() && HookName::ToolCallPre.is_agent());
+        assert_eq!(HookName::ToolCallPre.rpc_method(), "hook/tool_call_pre");
+        assert_eq!(HookName::ReadSymbolic.rpc_method(), "vfs/read_symbolic");
     }
 }

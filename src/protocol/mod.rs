@@ -21,8 +21,9 @@ pub use reply::{
 };
 pub(crate) use request::json_kind;
 pub use request::{
-    AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, HookRequest, IngestRequest, OnEventRequest,
-    PluginEvent, Recommendation, RequestError, SubagentRequest, TokenPressure, TransformToolResultRequest,
+    AfterTurnRequest, AgentRequest, AssembleRequest, BootstrapRequest, CompactRequest, HookRequest, IngestRequest,
+    OnEventRequest, PluginEvent, Recommendation, RequestError, SubagentRequest, TokenPressure,
+    TransformToolResultRequest,
 };
 pub use stdout::{NoOutput, parse_stdout};
 

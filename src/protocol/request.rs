@@ -236,6 +236,24 @@ pub enum HookRequest {
     PrepareSubagent(SubagentRequest),
     MergeSubagent(SubagentRequest),
     OnEvent(OnEventRequest),
+    /// Any agent-loop hook of `agent-hooks.md`.
+    Agent(AgentRequest),
+}
+
+/// The request of an agent-loop hook: its fields as the spec's table names
+/// them (`name`, `args`, `agent_id`, …), kept as one JSON object because the
+/// engine passes them through and chains rewrite them. On the wire it is
+/// `{"type": <hook>, …fields}`, like every other request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentRequest {
+    pub hook: HookName,
+    pub fields: Map<String, Value>,
+}
+
+impl AgentRequest {
+    pub fn new(hook: HookName, fields: Map<String, Value>) -> Self {
+        AgentRequest { hook, fields }
+    }
 }
 
 impl Serialize for HookRequest {
@@ -250,6 +268,7 @@ impl Serialize for HookRequest {
             HookRequest::TransformToolResult(r) => Tagged { tag, inner: r }.serialize(s),
             HookRequest::PrepareSubagent(r) | HookRequest::MergeSubagent(r) => Tagged { tag, inner: r }.serialize(s),
             HookRequest::OnEvent(r) => r.serialize(s),
+            HookRequest::Agent(r) => Tagged { tag, inner: &r.fields }.serialize(s),
         }
     }
 }
@@ -281,6 +300,7 @@ impl HookRequest {
             HookRequest::PrepareSubagent(_) => HookName::PrepareSubagent,
             HookRequest::MergeSubagent(_) => HookName::MergeSubagent,
             HookRequest::OnEvent(_) => HookName::OnEvent,
+            HookRequest::Agent(r) => r.hook,
         }
     }
 
@@ -292,6 +312,7 @@ impl HookRequest {
             HookRequest::Compact(r) => Some(&r.agent_id),
             HookRequest::AfterTurn(r) => Some(&r.agent_id),
             HookRequest::TransformToolResult(r) => Some(&r.agent_id),
+            HookRequest::Agent(r) => r.fields.get("agent_id").and_then(Value::as_str),
             HookRequest::Bootstrap(_)
             | HookRequest::PrepareSubagent(_)
             | HookRequest::MergeSubagent(_)
@@ -347,6 +368,7 @@ impl HookRequest {
             HookName::PrepareSubagent => HookRequest::PrepareSubagent(serde_json::from_value(value).map_err(invalid)?),
             HookName::MergeSubagent => HookRequest::MergeSubagent(serde_json::from_value(value).map_err(invalid)?),
             HookName::OnEvent => HookRequest::OnEvent(serde_json::from_value(value).map_err(invalid)?),
+            agent => HookRequest::Agent(AgentRequest::new(agent, serde_json::from_value(value).map_err(invalid)?)),
         })
     }
 
@@ -515,6 +537,24 @@ mod tests {
         assert_eq!(r.input, json!({"a":1}));
         assert_eq!(r.result, "c");
         assert_eq!(r.status, "completed");
+    }
+
+    #[test]
+    fn agent_requests_carry_their_fields_behind_the_type() {
+        let req = HookRequest::from_json(
+            HookName::ToolCallPre,
+            json!({"type":"tool_call_pre","name":"shell_exec","args":{"command":"ls"},"agent_id":"a1"}),
+        )
+        .unwrap();
+        assert_eq!(req.hook(), HookName::ToolCallPre);
+        assert_eq!(req.agent_id(), Some("a1"));
+        assert_eq!(
+            wire(&req),
+            r#"{"type":"tool_call_pre","agent_id":"a1","name":"shell_exec","args":{"command":"ls"}}"#,
+            "the type first, then the fields (in key order)"
+        );
+        let err = HookRequest::from_json(HookName::Heartbeat, json!({"type":"ingest"})).unwrap_err();
+        assert!(err.to_string().contains("but the hook is `heartbeat`"), "{err}");
     }
 
     #[test]

@@ -49,6 +49,14 @@ pub trait Runner: Send + Sync {
         let _ = metrics;
     }
 
+    /// The plugin's host services (config, vfs, triggers, storage), for
+    /// runners whose plugins call them during a hook: persistent workers
+    /// with `worker_protocol = "jsonrpc"` and components. The last attached
+    /// wins; without one, a service call is answered with an error.
+    fn attach_services(&self, services: std::sync::Arc<crate::agent::services::PluginServices>) {
+        let _ = services;
+    }
+
     /// Stops what the plugin keeps running between calls (persistent
     /// workers), gracefully, and waits for it: their last stderr lines are
     /// logged before this returns. Calls after it start afresh.

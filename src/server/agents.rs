@@ -25,10 +25,11 @@ use super::body::{self, JsonReply};
 use crate::engine::{ContextEngine, EngineError};
 use crate::protocol::{HookName, HookRequest, TokenPressure};
 
-/// The hooks an agent calls: all but `on_event`, a plugin notification
-/// rather than a point of the turn.
+/// The context hooks an agent calls: all but `on_event`, a plugin
+/// notification rather than a point of the turn. (Agent-loop hooks have
+/// their own routes: messages, tools.)
 fn agent_hooks() -> impl Iterator<Item = HookName> {
-    HookName::ALL.into_iter().filter(|h| *h != HookName::OnEvent)
+    HookName::CONTEXT.into_iter().filter(|h| *h != HookName::OnEvent)
 }
 
 pub(crate) async fn call(
@@ -36,7 +37,7 @@ pub(crate) async fn call(
     Path((agent_id, hook)): Path<(String, String)>,
     bytes: Bytes,
 ) -> JsonReply {
-    let Some(hook) = hook.parse::<HookName>().ok().filter(|h| *h != HookName::OnEvent) else {
+    let Some(hook) = hook.parse::<HookName>().ok().filter(|h| agent_hooks().any(|a| a == *h)) else {
         let hint = crate::hint::did_you_mean(&hook, agent_hooks().map(HookName::as_str));
         let names: Vec<&str> = agent_hooks().map(HookName::as_str).collect();
         return JsonReply::with_status(
@@ -113,7 +114,7 @@ async fn run(state: &AppState, request: HookRequest, fill_pressure: bool) -> Res
         HookRequest::TransformToolResult(r) => json!({ "content": engine.transform_tool_result(&r).await? }),
         HookRequest::PrepareSubagent(r) => engine.prepare_subagent(&r).await.map(|()| ok())?,
         HookRequest::MergeSubagent(r) => engine.merge_subagent(&r).await.map(|()| ok())?,
-        HookRequest::OnEvent(_) => json!({"type": "ok"}),
+        HookRequest::OnEvent(_) | HookRequest::Agent(_) => json!({"type": "ok"}),
     })
 }
 

@@ -275,6 +275,12 @@ impl ComponentRunner {
         &self.hooks
     }
 
+    /// What the component declares for the agent loop (`describe-agent`),
+    /// when it exports the agent interface. (Not yet: issue 7 in progress.)
+    pub fn agent_decl(&self) -> Option<&crate::manifest::AgentDecl> {
+        None
+    }
+
     fn store(&self, timeout_ms: u64) -> Result<(Store<State>, GuestOutput), HookError> {
         let output =
             GuestOutput { stdout: MemoryOutputPipe::new(STDERR_CAP), stderr: MemoryOutputPipe::new(STDERR_CAP) };
@@ -444,6 +450,9 @@ impl ComponentRunner {
                 }
             }
             HookRequest::OnEvent(_) => Ok(json!({"type": "ok"})),
+            HookRequest::Agent(r) => {
+                Err(HookError::Unsupported(format!("component plugins do not run agent-loop hooks yet (`{}`)", r.hook)))
+            }
         }
     }
 }

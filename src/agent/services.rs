@@ -1,0 +1,448 @@
+//! The host services one plugin reaches (`agent-hooks.md`, "Host services"
+//! and "How script plugins reach the services"): one dispatcher,
+//! [`PluginServices::dispatch`], that takes a method name and JSON params —
+//! the JSON-RPC methods of persistent workers, and what the component imports
+//! are turned into — so every plugin kind gets exactly the same behaviour.
+//!
+//! State lives under the ctxhost home (`<home>/agent/`): the vfs and the
+//! trigger store are shared by all plugins (`vfs.json`, `triggers.json`),
+//! config and storage are per plugin (`<home>/agent/plugins/<name>/`). Each
+//! store sits behind its own mutex, held only for the in-memory change and its
+//! atomic file write, never across a plugin call, so concurrent agents are
+//! safe and a slow plugin cannot stall another's service call.
+//!
+//! What needs other plugins — `config_changed` after a set, the
+//! `trigger_append` chain before a trigger is stored, a symbolic vfs node's
+//! content — goes through [`HostCalls`], which the agent engine implements.
+//! This module never runs a plugin itself.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value, json};
+
+use super::config::{Change, Field, PluginConfig};
+use super::storage::{Scope, Storage};
+use super::triggers::Triggers;
+use super::vfs::{Read, Vfs, Writer};
+use crate::runner::BoxFuture;
+
+/// JSON-RPC 2.0 error codes the services answer with.
+pub mod code {
+    /// No such method.
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// Params missing or of the wrong type.
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// The service refused (unknown key, not your path, bad trigger, I/O).
+    pub const SERVICE: i64 = -32000;
+}
+
+/// A refused service call: a JSON-RPC error code and a message naming what
+/// was wrong.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct ServiceError {
+    pub code: i64,
+    pub message: String,
+}
+
+impl ServiceError {
+    fn params(message: impl Into<String>) -> Self {
+        ServiceError { code: code::INVALID_PARAMS, message: message.into() }
+    }
+    fn service(message: impl std::fmt::Display) -> Self {
+        ServiceError { code: code::SERVICE, message: message.to_string() }
+    }
+}
+
+/// The call a service request is made during: its agent is the default for
+/// `session`-scoped storage.
+#[derive(Debug, Clone, Default)]
+pub struct CallContext {
+    pub agent_id: Option<String>,
+}
+
+/// What the services need from the engine: calls into other plugins.
+pub trait HostCalls: Send + Sync {
+    /// Fire `config_changed` at `plugin` (in the background: the plugin that
+    /// set the value may be busy in the very call that set it).
+    fn config_changed(&self, plugin: &str, change: Change);
+    /// Runs the `trigger_append` chain (without `from`, the plugin creating
+    /// it): the trigger to store, or `Err(reason)` when a plugin blocked it.
+    fn trigger_append(&self, from: Option<&str>, trigger: Map<String, Value>) -> BoxFuture<'_, Result<Value, String>>;
+    /// The content of symbolic node `path`, computed by `owner`.
+    fn read_symbolic(&self, owner: &str, path: &str) -> BoxFuture<'_, Result<String, String>>;
+}
+
+/// The stores every plugin shares.
+pub struct SharedServices {
+    dir: PathBuf,
+    vfs: Mutex<Vfs>,
+    triggers: Mutex<Triggers>,
+    host: OnceLock<Weak<dyn HostCalls>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock left the store as it was before the
+    // change (each change is applied in memory only after its checks).
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Unix seconds now.
+pub fn now_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+impl SharedServices {
+    /// Opens (creating the directory) the stores under `dir`, normally
+    /// `<home>/agent`.
+    ///
+    /// # Errors
+    /// The directory cannot be made, or a store file is unreadable.
+    pub fn open(dir: &Path) -> Result<Arc<SharedServices>, ServiceError> {
+        std::fs::create_dir_all(dir.join("plugins"))
+            .map_err(|e| ServiceError::service(format!("cannot create {}: {e}", dir.display())))?;
+        let vfs = Vfs::open(&dir.join("vfs.json")).map_err(ServiceError::service)?;
+        let triggers = Triggers::open(&dir.join("triggers.json")).map_err(ServiceError::service)?;
+        Ok(Arc::new(SharedServices {
+            dir: dir.to_owned(),
+            vfs: Mutex::new(vfs),
+            triggers: Mutex::new(triggers),
+            host: OnceLock::new(),
+        }))
+    }
+
+    /// Connects the engine (once; later calls are ignored).
+    pub fn connect(&self, host: Weak<dyn HostCalls>) {
+        let _ = self.host.set(host);
+    }
+
+    fn host(&self) -> Option<Arc<dyn HostCalls>> {
+        self.host.get().and_then(Weak::upgrade)
+    }
+
+    /// The vfs, for the embedder (reads everything, writes anywhere).
+    pub fn vfs(&self) -> MutexGuard<'_, Vfs> {
+        lock(&self.vfs)
+    }
+
+    /// The trigger store, for the embedder and the watcher.
+    pub fn triggers(&self) -> MutexGuard<'_, Triggers> {
+        lock(&self.triggers)
+    }
+
+    /// The per-plugin directory of `plugin`'s config and storage.
+    pub fn plugin_dir(&self, plugin: &str) -> PathBuf {
+        self.dir.join("plugins").join(plugin)
+    }
+
+    /// A vfs read as the embedder sees it: symbolic nodes computed by their
+    /// owner. `Ok(None)` when nothing is at `path`.
+    pub async fn read_vfs(&self, path: &str) -> Result<Option<Read>, ServiceError> {
+        let read = self.vfs().read(path);
+        match read {
+            Read::Missing => Ok(None),
+            Read::Symbolic { owner, path } => {
+                let host = self.host().ok_or_else(|| ServiceError::service("the engine is gone"))?;
+                let text = host.read_symbolic(&owner, &path).await.map_err(ServiceError::service)?;
+                Ok(Some(Read::Text(text)))
+            }
+            other => Ok(Some(other)),
+        }
+    }
+}
+
+/// One plugin's view of the services.
+pub struct PluginServices {
+    name: String,
+    shared: Arc<SharedServices>,
+    config: Mutex<PluginConfig>,
+    storage: Mutex<Storage>,
+}
+
+/// The params object of a call (`null` counts as `{}`).
+fn params_object(params: Value) -> Result<Map<String, Value>, ServiceError> {
+    match params {
+        Value::Object(m) => Ok(m),
+        Value::Null => Ok(Map::new()),
+        other => {
+            Err(ServiceError::params(format!("params must be an object, not {}", crate::protocol::json_kind(&other))))
+        }
+    }
+}
+
+fn str_param<'a>(p: &'a Map<String, Value>, key: &str) -> Result<&'a str, ServiceError> {
+    p.get(key).and_then(Value::as_str).ok_or_else(|| ServiceError::params(format!("`{key}` must be a string")))
+}
+
+impl PluginServices {
+    /// `plugin`'s services, with its declared config `schema`.
+    ///
+    /// # Errors
+    /// Its directory cannot be made, or its files are unreadable.
+    pub fn open(shared: Arc<SharedServices>, plugin: &str, schema: Vec<Field>) -> Result<Self, ServiceError> {
+        let dir = shared.plugin_dir(plugin);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| ServiceError::service(format!("cannot create {}: {e}", dir.display())))?;
+        let config = PluginConfig::open(&dir, schema).map_err(ServiceError::service)?;
+        let storage = Storage::open(&dir).map_err(ServiceError::service)?;
+        Ok(PluginServices { name: plugin.to_owned(), shared, config: Mutex::new(config), storage: Mutex::new(storage) })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn shared(&self) -> &Arc<SharedServices> {
+        &self.shared
+    }
+
+    /// The config file a one-shot hook reads (`LIBREFANG_PLUGIN_CONFIG`):
+    /// every key of the schema with its current value, rewritten on each set.
+    pub fn config_view_file(&self) -> PathBuf {
+        self.shared.plugin_dir(&self.name).join("config.view.json")
+    }
+
+    fn write_config_view(&self, values: &std::collections::BTreeMap<String, Value>) -> Result<(), ServiceError> {
+        super::save_json(&self.config_view_file(), values).map_err(ServiceError::service)
+    }
+
+    /// `{"schema": […], "values": {…}}`: the HTTP config view.
+    pub fn config_snapshot(&self) -> Value {
+        let config = lock(&self.config);
+        json!({"schema": config.schema(), "values": config.values()})
+    }
+
+    /// Writes the one-shot config view; called at load.
+    ///
+    /// # Errors
+    /// The file cannot be written.
+    pub fn publish_config(&self) -> Result<(), ServiceError> {
+        let values = lock(&self.config).values();
+        self.write_config_view(&values)
+    }
+
+    /// Sets several values at once, all or nothing (each checked first),
+    /// firing `config_changed` for each: the HTTP `PUT`.
+    ///
+    /// # Errors
+    /// The first key that is unknown or of the wrong type; nothing is set.
+    pub fn set_config(&self, values: &Map<String, Value>) -> Result<Value, ServiceError> {
+        let changes = {
+            let mut config = lock(&self.config);
+            for (key, value) in values {
+                config.check(key, value).map_err(|e| ServiceError::params(e.to_string()))?;
+            }
+            let mut changes = Vec::new();
+            for (key, value) in values {
+                changes.push(config.set(key, value).map_err(ServiceError::service)?);
+            }
+            let all = config.values();
+            self.write_config_view(&all)?;
+            changes
+        };
+        self.announce(changes);
+        Ok(json!(lock(&self.config).values()))
+    }
+
+    fn announce(&self, changes: Vec<Change>) {
+        if let Some(host) = self.shared.host() {
+            for change in changes {
+                host.config_changed(&self.name, change);
+            }
+        }
+    }
+
+    /// One service call: `method` with `params`, as the JSON-RPC methods of
+    /// the spec name them.
+    ///
+    /// # Errors
+    /// An unknown method ([`code::METHOD_NOT_FOUND`]), bad params
+    /// ([`code::INVALID_PARAMS`]) or a refusal ([`code::SERVICE`]).
+    pub async fn dispatch(&self, method: &str, params: Value, ctx: &CallContext) -> Result<Value, ServiceError> {
+        let p = params_object(params)?;
+        let me = Writer::Plugin(&self.name);
+        match method {
+            "config.get" => {
+                let key = str_param(&p, "key")?;
+                Ok(lock(&self.config).get(key, p.get("default").cloned().unwrap_or(Value::Null)))
+            }
+            "config.set" => {
+                let key = str_param(&p, "key")?;
+                let value = p.get("value").ok_or_else(|| ServiceError::params("`value` is missing"))?;
+                let mut one = Map::new();
+                one.insert(key.to_owned(), value.clone());
+                self.set_config(&one)?;
+                Ok(lock(&self.config).get(key, Value::Null))
+            }
+            "config.list" => Ok(self.config_snapshot()),
+            "config.register" => {
+                let schema = p.get("schema").cloned().unwrap_or(Value::Array(Vec::new()));
+                let fields = super::config::parse_schema(&schema).map_err(|e| ServiceError::params(e.to_string()))?;
+                let values = {
+                    let mut config = lock(&self.config);
+                    config.set_schema(fields);
+                    config.values()
+                };
+                self.write_config_view(&values)?;
+                Ok(json!(values))
+            }
+            "vfs.read" => {
+                let path = str_param(&p, "path")?;
+                let default = p.get("default").cloned().unwrap_or(Value::Null);
+                let read = self.shared.vfs().read(path);
+                match read {
+                    Read::Text(t) => Ok(Value::String(t)),
+                    Read::Missing | Read::Directory(_) => Ok(default),
+                    Read::Symbolic { owner, path } => {
+                        if owner == self.name {
+                            return Err(ServiceError::service(format!(
+                                "{path} is this plugin's own symbolic node: compute it directly"
+                            )));
+                        }
+                        let host = self.shared.host().ok_or_else(|| ServiceError::service("the engine is gone"))?;
+                        host.read_symbolic(&owner, &path).await.map(Value::String).map_err(ServiceError::service)
+                    }
+                }
+            }
+            "vfs.write" => {
+                let path = str_param(&p, "path")?;
+                let content = str_param(&p, "content")?;
+                self.shared.vfs().write(me, path, content).map(Value::String).map_err(ServiceError::service)
+            }
+            "vfs.write_symbolic" => {
+                let path = str_param(&p, "path")?;
+                let searchable = p.get("searchable").and_then(Value::as_bool).unwrap_or(false);
+                self.shared.vfs().write_symbolic(me, path, searchable).map(Value::String).map_err(ServiceError::service)
+            }
+            "vfs.delete" => {
+                let path = str_param(&p, "path")?;
+                self.shared.vfs().delete(me, path).map(Value::Bool).map_err(ServiceError::service)
+            }
+            "vfs.list" => {
+                let path = p.get("path").and_then(Value::as_str).unwrap_or("/");
+                Ok(json!(self.shared.vfs().list(path)))
+            }
+            "trigger.create" => {
+                let trigger = match p.get("trigger") {
+                    Some(Value::Object(t)) => t.clone(),
+                    Some(_) => return Err(ServiceError::params("`trigger` must be an object")),
+                    None => p.clone(),
+                };
+                self.create_trigger(trigger).await
+            }
+            "trigger.get" => {
+                let id = str_param(&p, "id")?;
+                Ok(self.shared.triggers().get(id).cloned().map_or(Value::Null, Value::Object))
+            }
+            "trigger.list" => Ok(json!(self.shared.triggers().list())),
+            "trigger.update" => {
+                let id = str_param(&p, "id")?;
+                let patch = match p.get("patch").or_else(|| p.get("changes")) {
+                    Some(Value::Object(m)) => m.clone(),
+                    _ => return Err(ServiceError::params("`patch` must be an object")),
+                };
+                let mut triggers = self.shared.triggers();
+                self.check_owner(&triggers, id)?;
+                triggers.update(id, &patch).map(|t| Value::Object(t.clone())).map_err(ServiceError::service)
+            }
+            "trigger.delete" => {
+                let id = str_param(&p, "id")?;
+                let mut triggers = self.shared.triggers();
+                self.check_owner(&triggers, id)?;
+                triggers.delete(id).map(Value::Bool).map_err(ServiceError::service)
+            }
+            "storage.get" | "storage.set" | "storage.delete" => {
+                let key = str_param(&p, "key")?;
+                let agent = p.get("agent_id").and_then(Value::as_str).or(ctx.agent_id.as_deref());
+                let scope = match p.get("scope").and_then(Value::as_str).unwrap_or("global") {
+                    "global" => Scope::Global,
+                    "session" => Scope::Session(agent.filter(|a| !a.is_empty()).ok_or_else(|| {
+                        ServiceError::params(
+                            "`session` scope needs an agent: give `agent_id` or call during an agent's hook",
+                        )
+                    })?),
+                    other => {
+                        return Err(ServiceError::params(format!("`scope` must be global or session, not {other:?}")));
+                    }
+                };
+                let mut storage = lock(&self.storage);
+                match method {
+                    "storage.get" => Ok(storage.get(scope, key).cloned().unwrap_or(Value::Null)),
+                    "storage.set" => {
+                        let value = p.get("value").cloned().unwrap_or(Value::Null);
+                        storage.set(scope, key, value).map(|()| Value::Null).map_err(ServiceError::service)
+                    }
+                    _ => storage.delete(scope, key).map(Value::Bool).map_err(ServiceError::service),
+                }
+            }
+            "log" => {
+                let message = p.get("message").and_then(Value::as_str).unwrap_or_default();
+                match p.get("level").and_then(Value::as_str).unwrap_or("info") {
+                    "error" => tracing::error!(target: "plugin_log", plugin = %self.name, "{message}"),
+                    "warn" | "warning" => tracing::warn!(target: "plugin_log", plugin = %self.name, "{message}"),
+                    "debug" => tracing::debug!(target: "plugin_log", plugin = %self.name, "{message}"),
+                    _ => tracing::info!(target: "plugin_log", plugin = %self.name, "{message}"),
+                }
+                Ok(Value::Null)
+            }
+            other => Err(ServiceError {
+                code: code::METHOD_NOT_FOUND,
+                message: format!(
+                    "no service method `{other}`{}",
+                    crate::hint::did_you_mean(other, METHODS.iter().copied())
+                ),
+            }),
+        }
+    }
+
+    /// A plugin changes only the triggers it created.
+    fn check_owner(&self, triggers: &Triggers, id: &str) -> Result<(), ServiceError> {
+        match triggers.get(id).and_then(|t| t.get("plugin")).and_then(Value::as_str) {
+            Some(owner) if owner != self.name => Err(ServiceError::service(format!(
+                "trigger `{id}` belongs to plugin '{owner}'; a plugin changes only its own triggers"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    async fn create_trigger(&self, mut trigger: Map<String, Value>) -> Result<Value, ServiceError> {
+        trigger.insert("plugin".into(), Value::String(self.name.clone()));
+        if let Some(id) = trigger.get("id").and_then(Value::as_str) {
+            self.check_owner(&self.shared.triggers(), id)?;
+        }
+        let host = self.shared.host();
+        let trigger = match host {
+            Some(host) => match host.trigger_append(Some(&self.name), trigger).await {
+                Ok(Value::Object(t)) => t,
+                Ok(_) => return Err(ServiceError::service("trigger_append replaced the trigger with a non-object")),
+                Err(reason) => return Err(ServiceError::service(format!("trigger refused: {reason}"))),
+            },
+            None => trigger,
+        };
+        self.shared.triggers().create(trigger, now_secs()).map(Value::String).map_err(ServiceError::service)
+    }
+}
+
+/// Every method [`PluginServices::dispatch`] knows.
+pub const METHODS: [&str; 18] = [
+    "config.get",
+    "config.set",
+    "config.list",
+    "config.register",
+    "vfs.read",
+    "vfs.write",
+    "vfs.delete",
+    "vfs.list",
+    "vfs.write_symbolic",
+    "trigger.create",
+    "trigger.get",
+    "trigger.list",
+    "trigger.update",
+    "trigger.delete",
+    "storage.get",
+    "storage.set",
+    "storage.delete",
+    "log",
+];
