@@ -65,6 +65,12 @@ impl Home {
         self.root.join("data").join(plugin)
     }
 
+    /// `<home>/agent`: the agent-loop host services' state (vfs, triggers,
+    /// per-plugin config and storage).
+    pub fn agent_dir(&self) -> PathBuf {
+        self.root.join("agent")
+    }
+
     /// `<home>/grants.toml`: the privileges the operator granted each plugin
     /// (spec section 6). Read from here, never from a plugin's own manifest.
     pub fn grants_file(&self) -> PathBuf {

@@ -203,14 +203,16 @@ pub fn system_launcher(manifest: &Manifest, cx: &LoadContext<'_>) -> process::La
 }
 
 /// `[config.*]` defaults merged with `[plugin_config.<name>]` from config.toml,
-/// written as JSON to `<home>/data/<name>/config.json`. No `[config]`, no file.
+/// and the current values of `[agent_config]` (the agent config service's),
+/// written as JSON to `<home>/data/<name>/config.json`: the file one-shot
+/// hooks find in `LIBREFANG_PLUGIN_CONFIG`. Neither table, no file.
 fn write_config(
     manifest: &Manifest,
     cx: &LoadContext<'_>,
     warnings: &mut Vec<String>,
 ) -> Result<Option<PathBuf>, LoadError> {
     let overrides = cx.config.plugin_config.get(&manifest.name);
-    if manifest.config.is_empty() {
+    if manifest.config.is_empty() && manifest.agent.config.is_empty() {
         if overrides.is_some() {
             warnings.push(format!(
                 "config.toml has [plugin_config.{}] but the plugin declares no [config]; it is ignored",
@@ -219,14 +221,26 @@ fn write_config(
         }
         return Ok(None);
     }
-    let resolved = resolved_config(manifest, cx, warnings);
-    let path = cx.home.data_dir(&manifest.name).join("config.json");
+    let mut resolved = resolved_config(manifest, cx, warnings);
+    if !manifest.agent.config.is_empty() {
+        let dir = crate::agent::services::plugin_dir(&cx.home.agent_dir(), &manifest.name);
+        match crate::agent::config::PluginConfig::open(&dir, manifest.agent.config.clone()) {
+            Ok(config) => resolved.extend(config.values()),
+            Err(e) => warnings.push(format!("[agent_config]: {e}; the hooks see the defaults")),
+        }
+    }
+    let path = config_view_file(cx.home, &manifest.name);
     let text = serde_json::to_string_pretty(&resolved).unwrap_or_else(|_| "{}".into());
     if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
         Home::write_atomic(&path, text.as_bytes())
             .map_err(|source| LoadError::ConfigFile { path: path.clone(), source })?;
     }
     Ok(Some(path))
+}
+
+/// `<home>/data/<name>/config.json`: the config file of one-shot hooks.
+pub fn config_view_file(home: &Home, plugin: &str) -> PathBuf {
+    home.data_dir(plugin).join("config.json")
 }
 
 /// Any plugin, ready for the engine: script or component.

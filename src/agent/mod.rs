@@ -16,6 +16,28 @@ pub mod storage;
 pub mod triggers;
 pub mod vfs;
 
+/// Opens `plugin`'s services on `shared` and attaches them to its runner:
+/// what every host of agent-loop plugins (engine, `ctxhost hook`) does after
+/// loading one.
+///
+/// # Errors
+/// The plugin's service files cannot be made or read.
+pub fn attach_services(
+    plugin: &crate::plugin::LoadedPlugin,
+    shared: &std::sync::Arc<services::SharedServices>,
+    home: &crate::home::Home,
+) -> Result<std::sync::Arc<services::PluginServices>, services::ServiceError> {
+    let view = services::ConfigView::existing(crate::plugin::config_view_file(home, &plugin.name));
+    let s = std::sync::Arc::new(services::PluginServices::open(
+        shared.clone(),
+        &plugin.name,
+        plugin.agent.config.clone(),
+        view,
+    )?);
+    plugin.runner.attach_services(s.clone());
+    Ok(s)
+}
+
 /// How a service's JSON file failed to load.
 #[derive(Debug, thiserror::Error)]
 enum JsonFileError {

@@ -89,6 +89,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// `<agent dir>/plugins/<plugin>`: one plugin's config and storage.
+pub fn plugin_dir(agent_dir: &Path, plugin: &str) -> PathBuf {
+    agent_dir.join("plugins").join(plugin)
+}
+
 /// Unix seconds now.
 pub fn now_secs() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
@@ -134,7 +139,7 @@ impl SharedServices {
 
     /// The per-plugin directory of `plugin`'s config and storage.
     pub fn plugin_dir(&self, plugin: &str) -> PathBuf {
-        self.dir.join("plugins").join(plugin)
+        plugin_dir(&self.dir, plugin)
     }
 
     /// A vfs read as the embedder sees it: symbolic nodes computed by their
@@ -159,6 +164,27 @@ pub struct PluginServices {
     shared: Arc<SharedServices>,
     config: Mutex<PluginConfig>,
     storage: Mutex<Storage>,
+    view: ConfigView,
+}
+
+/// Where one-shot hooks read the config (`LIBREFANG_PLUGIN_CONFIG`), and the
+/// LibreFang `[config]` values it also holds.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigView {
+    pub file: Option<PathBuf>,
+    pub base: Map<String, Value>,
+}
+
+impl ConfigView {
+    /// The view in `file` as the plugin's load wrote it (LibreFang `[config]`
+    /// values and the agent config's); later sets rewrite its agent keys.
+    /// No file: no view (a component, or a plugin without config).
+    pub fn existing(file: PathBuf) -> ConfigView {
+        match std::fs::read_to_string(&file).ok().and_then(|t| serde_json::from_str::<Map<String, Value>>(&t).ok()) {
+            Some(base) => ConfigView { file: Some(file), base },
+            None => ConfigView::default(),
+        }
+    }
 }
 
 /// The params object of a call (`null` counts as `{}`).
@@ -181,13 +207,24 @@ impl PluginServices {
     ///
     /// # Errors
     /// Its directory cannot be made, or its files are unreadable.
-    pub fn open(shared: Arc<SharedServices>, plugin: &str, schema: Vec<Field>) -> Result<Self, ServiceError> {
+    pub fn open(
+        shared: Arc<SharedServices>,
+        plugin: &str,
+        schema: Vec<Field>,
+        view: ConfigView,
+    ) -> Result<Self, ServiceError> {
         let dir = shared.plugin_dir(plugin);
         std::fs::create_dir_all(&dir)
             .map_err(|e| ServiceError::service(format!("cannot create {}: {e}", dir.display())))?;
         let config = PluginConfig::open(&dir, schema).map_err(ServiceError::service)?;
         let storage = Storage::open(&dir).map_err(ServiceError::service)?;
-        Ok(PluginServices { name: plugin.to_owned(), shared, config: Mutex::new(config), storage: Mutex::new(storage) })
+        Ok(PluginServices {
+            name: plugin.to_owned(),
+            shared,
+            config: Mutex::new(config),
+            storage: Mutex::new(storage),
+            view,
+        })
     }
 
     pub fn name(&self) -> &str {
@@ -198,14 +235,11 @@ impl PluginServices {
         &self.shared
     }
 
-    /// The config file a one-shot hook reads (`LIBREFANG_PLUGIN_CONFIG`):
-    /// every key of the schema with its current value, rewritten on each set.
-    pub fn config_view_file(&self) -> PathBuf {
-        self.shared.plugin_dir(&self.name).join("config.view.json")
-    }
-
     fn write_config_view(&self, values: &std::collections::BTreeMap<String, Value>) -> Result<(), ServiceError> {
-        super::save_json(&self.config_view_file(), values).map_err(ServiceError::service)
+        let Some(file) = &self.view.file else { return Ok(()) };
+        let mut all = self.view.base.clone();
+        all.extend(values.iter().map(|(k, v)| (k.clone(), v.clone())));
+        super::save_json(file, &all).map_err(ServiceError::service)
     }
 
     /// `{"schema": […], "values": {…}}`: the HTTP config view.

@@ -30,7 +30,8 @@ pub struct HookArgs {
     /// A plugin directory, or the name of a plugin in the plugins dir
     plugin: String,
     /// The hook: bootstrap, ingest, assemble, compact, after_turn,
-    /// transform_tool_result, prepare_subagent, merge_subagent, on_event
+    /// transform_tool_result, prepare_subagent, merge_subagent, on_event, or
+    /// an agent-loop hook (tool_call_pre, message_received, call_tool, …)
     hook: String,
     /// Read the request from FILE instead of stdin
     #[arg(long, value_name = "FILE")]
@@ -68,6 +69,12 @@ pub fn exec(args: HookArgs, home: &Home) -> CliResult {
     let cx = LoadContext { home, config: &config, host_env: &LoadContext::process_env };
     let plugin = load_plugin(&dir, &cx)?;
     show_warnings(&plugin.warnings);
+    // Host services for workers and components that call them; without an
+    // engine, `config_changed` and `trigger_append` are not run here.
+    let shared = crate::agent::services::SharedServices::open(&home.agent_dir())
+        .map_err(|e| HookCliError::Usage(format!("host services under {}: {e}", home.agent_dir().display())))?;
+    crate::agent::attach_services(&plugin, &shared, home)
+        .map_err(|e| HookCliError::Usage(format!("host services of '{}': {e}", plugin.name)))?;
     let runner = plugin.runner;
 
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
