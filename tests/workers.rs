@@ -333,13 +333,6 @@ fn a_crash_loop_trips_the_breaker_instead_of_respawning_forever() {
     assert!(runner.worker_pids().is_empty());
 }
 
-#[test]
-fn jsonrpc_is_refused_with_a_clear_error() {
-    let p = bash_worker("w-rpc", MISBEHAVING, "worker_protocol = \"jsonrpc\"");
-    let err = call(&rt(), &load(&p), HookName::Ingest, ingest("x")).unwrap_err().to_string();
-    assert!(err.contains("worker_protocol = \"jsonrpc\"") && err.contains("not supported"), "{err}");
-}
-
 // --- the pool ---------------------------------------------------------------
 
 #[test]

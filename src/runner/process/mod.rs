@@ -270,6 +270,14 @@ impl Runner for ProcessRunner {
         }
     }
 
+    /// `jsonrpc` workers' service calls reach `services`; one-shot hooks
+    /// read their config from `LIBREFANG_PLUGIN_CONFIG` instead.
+    fn attach_services(&self, services: std::sync::Arc<crate::agent::services::PluginServices>) {
+        if let Some(workers) = &self.workers {
+            workers.attach_services(services);
+        }
+    }
+
     fn prewarm(&self) {
         if let Some(workers) = &self.workers {
             let request = HookRequest::Bootstrap(crate::protocol::BootstrapRequest::default());

@@ -10,6 +10,10 @@
 //! - at end of file, an unfinished last line counts as a line (a one-shot
 //!   script that prints without a newline and exits still answers).
 //!
+//! The `jsonrpc` protocol reads every line the same way ([`Cursor::next_line`]:
+//! blank lines skipped, the cap on every line, the unfinished last line at end
+//! of file) and decides what each one is itself (`rpc.rs`).
+//!
 //! Never reads, writes or kills anything.
 
 use serde_json::Value;
@@ -37,9 +41,36 @@ pub(super) struct Cursor {
     scanned: usize,
 }
 
+/// The next line of a worker's output, whatever it holds (the `jsonrpc`
+/// protocol reads every line; the `line` protocol only the first).
+#[derive(Debug, PartialEq)]
+pub(super) enum Next {
+    /// A non-blank line, without its `\n`; it (and the blank lines before
+    /// it) left the buffer.
+    Line(Vec<u8>),
+    /// A line longer than the cap.
+    TooLong,
+    /// No whole line yet.
+    NeedMore,
+}
+
 impl Cursor {
     /// Scans `buf` for the reply. At `eof` an unfinished last line counts.
     pub(super) fn scan(&mut self, buf: &mut Vec<u8>, cap: usize, eof: bool) -> Scan {
+        match self.next_line(buf, cap, eof) {
+            Next::Line(line) => match serde_json::from_slice::<Value>(&line) {
+                Ok(value) => Scan::Reply(value),
+                Err(_) => Scan::Garbage(preview(&line)),
+            },
+            Next::TooLong => Scan::TooLong,
+            Next::NeedMore => Scan::NeedMore,
+        }
+    }
+
+    /// Takes the next non-blank line out of `buf`. Blank lines are skipped;
+    /// a line over `cap` is seen as soon as the cap is passed; at `eof` an
+    /// unfinished last line counts.
+    pub(super) fn next_line(&mut self, buf: &mut Vec<u8>, cap: usize, eof: bool) -> Next {
         loop {
             let newline = buf.get(self.scanned..).and_then(|rest| rest.iter().position(|&b| b == b'\n'));
             let end = match newline {
@@ -47,24 +78,22 @@ impl Cursor {
                 None if eof && !buf.is_empty() => buf.len(),
                 None => {
                     self.scanned = buf.len();
-                    return if buf.len() > cap { Scan::TooLong } else { Scan::NeedMore };
+                    return if buf.len() > cap { Next::TooLong } else { Next::NeedMore };
                 }
             };
             self.scanned = 0;
             if end > cap {
-                return Scan::TooLong;
+                return Next::TooLong;
             }
-            let line = &buf[..end];
-            if line.trim_ascii().is_empty() {
+            if buf[..end].trim_ascii().is_empty() {
                 buf.drain(..(end + 1).min(buf.len()));
                 continue;
             }
-            let scan = match serde_json::from_slice::<Value>(line) {
-                Ok(value) => Scan::Reply(value),
-                Err(_) => Scan::Garbage(preview(line)),
-            };
-            buf.drain(..(end + 1).min(buf.len()));
-            return scan;
+            let mut line: Vec<u8> = buf.drain(..(end + 1).min(buf.len())).collect();
+            if line.last() == Some(&b'\n') {
+                line.pop();
+            }
+            return Next::Line(line);
         }
     }
 }
@@ -122,6 +151,20 @@ mod tests {
         assert_eq!(scan(b"{\"a\":1}", 100, true).0, Scan::Reply(json!({"a": 1})));
         assert_eq!(scan(b"{\"a\":", 100, true).0, Scan::Garbage("{\"a\":".into()));
         assert_eq!(scan(b"", 100, true).0, Scan::NeedMore);
+    }
+
+    #[test]
+    fn next_line_takes_every_line_in_turn() {
+        let mut cursor = Cursor::default();
+        let mut buf = b"\n junk\n{\"a\":1}\r\n\nlast".to_vec();
+        assert_eq!(cursor.next_line(&mut buf, 100, false), Next::Line(b" junk".to_vec()));
+        assert_eq!(cursor.next_line(&mut buf, 100, false), Next::Line(b"{\"a\":1}\r".to_vec()));
+        assert_eq!(cursor.next_line(&mut buf, 100, false), Next::NeedMore);
+        assert_eq!(cursor.next_line(&mut buf, 100, true), Next::Line(b"last".to_vec()));
+        assert!(buf.is_empty());
+        assert_eq!(cursor.next_line(&mut buf, 100, true), Next::NeedMore);
+        let mut long = vec![b'x'; 11];
+        assert_eq!(Cursor::default().next_line(&mut long, 10, false), Next::TooLong, "the cap holds for every line");
     }
 
     #[test]

@@ -1,6 +1,11 @@
 //! Persistent workers (spec section 7, `persistent_subprocess = true`): one
 //! long-lived process per hook script answering one JSON line per request,
-//! instead of one process per call.
+//! instead of one process per call. With `worker_protocol = "jsonrpc"`
+//! (`agent-hooks.md`, "How script plugins reach the services") every line
+//! both ways is JSON-RPC 2.0: the call is a request `hook/<name>` (or
+//! `vfs/read_symbolic`) whose params are the request a one-shot script
+//! reads, and while handling it the worker may call the plugin's host
+//! services (attached with `Runner::attach_services`).
 //!
 //! A worker starts exactly like a one-shot call of its script (the shared
 //! spawn builder: same command, cleared environment in spec order with the
@@ -11,23 +16,28 @@
 //! Bootstrap `env_overrides` that change the environment retire the workers
 //! started before them (replaced at their next use).
 //!
-//! - `line.rs`: the `line` protocol's reading rule (pure);
-//! - `process.rs`: one worker process (start, exchange, fail, stop);
+//! - `line.rs`: the reading rule of a worker's lines (pure);
+//! - `rpc.rs`: the `jsonrpc` messages — what a worker's line is, the host's
+//!   lines (pure);
+//! - `process.rs`: one worker process (start, exchange in either protocol,
+//!   fail, stop);
 //! - `pool.rs`: the workers of one script (`max_workers`, fair queueing, idle
 //!   stop, respawn + one retry, crash-loop fail-fast, metrics events).
 //!
 //! Choices: `prewarm_subprocesses` starts every script's workers when the
 //! engine starts (`Runner::prewarm`, after bootstrap, so `env_overrides`
 //! apply) or at the first call — not at load (loading also serves `doctor`,
-//! `plugin list` and install checks, which must not run plugin code); `worker_protocol
-//! = "jsonrpc"` is refused at call time with an error naming the key;
-//! `worker_idle_secs = 0` keeps idle workers until the runner goes; the
+//! `plugin list` and install checks, which must not run plugin code);
+//! a JSON-RPC `error` answer fails the call without replacing the worker (it
+//! answered); the services are taken from their slot once per call, so no
+//! lock is held while they run; `worker_idle_secs = 0` keeps idle workers until the runner goes; the
 //! runner's one-shot output cap does not apply (a reply line may be 4 MiB).
 //! Dropping the runner (reload, shutdown) stops its workers gracefully.
 
 mod line;
 mod pool;
 mod process;
+mod rpc;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
@@ -39,6 +49,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::ProcessPlugin;
+use crate::agent::services::{CallContext, PluginServices};
 use crate::manifest::{HookScript, Manifest, WorkerProtocol, check_hook_path};
 use crate::protocol::HookRequest;
 use crate::runner::HookError;
@@ -62,6 +73,19 @@ pub(super) struct Workers {
     generation: AtomicU64,
     prewarmed: AtomicBool,
     metrics: MetricsSlot,
+    /// The plugin's host services (`jsonrpc` workers call them).
+    services: ServicesSlot,
+}
+
+/// Where the attached services wait for the next call.
+#[derive(Default)]
+struct ServicesSlot(RwLock<Option<Arc<PluginServices>>>);
+
+impl std::fmt::Debug for ServicesSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let attached = self.0.read().map(|s| s.as_ref().map(|s| s.name().to_owned())).unwrap_or_default();
+        f.debug_tuple("ServicesSlot").field(&attached).finish()
+    }
 }
 
 impl std::fmt::Debug for pool::Pool {
@@ -82,7 +106,13 @@ impl Workers {
             generation: AtomicU64::new(0),
             prewarmed: AtomicBool::new(false),
             metrics: MetricsSlot::default(),
+            services: ServicesSlot::default(),
         }
+    }
+
+    /// The services `jsonrpc` workers' requests reach from the next call on.
+    pub(super) fn attach_services(&self, services: Arc<PluginServices>) {
+        *self.services.0.write().unwrap_or_else(|p| p.into_inner()) = Some(services);
     }
 
     /// Counts worker events into `metrics` from now on.
@@ -156,20 +186,20 @@ impl Workers {
         timeout: Duration,
     ) -> Result<Value, HookError> {
         let manifest = &plugin.manifest;
-        if self.protocol == WorkerProtocol::Jsonrpc {
-            return Err(HookError::Unsupported(format!(
-                "plugin '{}': `worker_protocol = \"jsonrpc\"` is not supported yet ({}); \
-                 use `worker_protocol = \"line\"` or remove `persistent_subprocess`",
-                manifest.name,
-                manifest.dir.join("plugin.toml").display()
-            )));
-        }
         let generation = self.generation.load(Ordering::SeqCst);
         let hook = request.hook();
+        let rpc = (self.protocol == WorkerProtocol::Jsonrpc).then(|| process::RpcCall {
+            plugin: &manifest.name,
+            hook,
+            method: hook.rpc_method(),
+            services: self.services.0.read().unwrap_or_else(|p| p.into_inner()).clone(),
+            context: CallContext { agent_id: request.agent_id().map(str::to_owned) },
+        });
         self.prewarm(plugin, overrides, request);
         let starter = Starter { plugin, overrides, request, generation, script };
         let start = || starter.start();
-        self.pool(&manifest.name, &script.path).call(&start, generation, hook, &request.to_json_line(), timeout).await
+        let pool = self.pool(&manifest.name, &script.path);
+        pool.call(&start, generation, hook, &request.to_json_line(), rpc.as_ref(), timeout).await
     }
 }
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
-use super::process::{Fault, Start, Worker};
+use super::process::{Answer, Fault, RpcCall, Start, Worker};
 use crate::metrics::WorkerEvent;
 use crate::protocol::HookName;
 use crate::runner::HookError;
@@ -136,13 +136,16 @@ impl Pool {
     }
 
     /// One call: a worker (idle, or started), the exchange, and on a fault
-    /// one respawn and one retry.
+    /// one respawn and one retry. `rpc`: the call goes out as JSON-RPC.
+    /// A JSON-RPC `error` answer fails the call but is no fault: the worker
+    /// answered, and stays.
     pub(super) async fn call(
         self: &Arc<Self>,
         start: Starter<'_, '_>,
         generation: u64,
         hook: HookName,
         request: &[u8],
+        rpc: Option<&RpcCall<'_>>,
         timeout: Duration,
     ) -> Result<Value, HookError> {
         self.fail_fast()?;
@@ -150,9 +153,9 @@ impl Pool {
         let _slot =
             self.slots.acquire().await.map_err(|_| HookError::Io(std::io::Error::other("worker pool closed")))?;
         let mut held = Live { worker: None, live: &self.live };
-        let fault = match self.checkout(start, generation, &mut held) {
-            Ok(()) => match self.exchange(&mut held, request, timeout).await {
-                Ok(value) => return Ok(self.success(held, value)),
+        let fault = match self.checkout(start, generation, &mut held, rpc.is_some()) {
+            Ok(()) => match self.exchange(&mut held, request, rpc, timeout).await {
+                Ok(answer) => return self.answered(held, answer, hook),
                 Err(fault) => fault,
             },
             Err(CheckoutError::Fault(fault)) => fault,
@@ -167,8 +170,8 @@ impl Pool {
         if let Err(e) = self.start_into(start, &mut held) {
             return Err(self.failure(e));
         }
-        match self.exchange(&mut held, request, timeout).await {
-            Ok(value) => Ok(self.success(held, value)),
+        match self.exchange(&mut held, request, rpc, timeout).await {
+            Ok(answer) => self.answered(held, answer, hook),
             Err(fault) => {
                 let error = self.discard(&mut held, fault).await;
                 self.count(hook, WorkerEvent::Respawn);
@@ -177,18 +180,49 @@ impl Pool {
         }
     }
 
-    async fn exchange(&self, held: &mut Live<'_>, request: &[u8], timeout: Duration) -> Result<Value, Fault> {
+    async fn exchange(
+        &self,
+        held: &mut Live<'_>,
+        request: &[u8],
+        rpc: Option<&RpcCall<'_>>,
+        timeout: Duration,
+    ) -> Result<Answer, Fault> {
         match held.worker.as_mut() {
-            Some(worker) => worker.exchange(request, timeout).await,
+            Some(worker) => worker.exchange(request, rpc, timeout).await,
             None => Err(Fault::Ended),
+        }
+    }
+
+    /// The worker answered: it goes back to the idle set, and the call gets
+    /// the reply, or fails with the worker's JSON-RPC error.
+    fn answered(self: &Arc<Self>, held: Live<'_>, answer: Answer, hook: HookName) -> Result<Value, HookError> {
+        match answer {
+            Answer::Reply(value) => Ok(self.success(held, value)),
+            Answer::Refused(error) => {
+                self.success(held, Value::Null);
+                Err(HookError::Worker(format!(
+                    "plugin '{}' answered `{}` with error {}: {}",
+                    self.plugin,
+                    hook.rpc_method(),
+                    error.code,
+                    error.message
+                )))
+            }
         }
     }
 
     /// Puts an idle worker (or a new one) in `held`. Idle workers that
     /// cannot serve (another runtime, an old environment, exited since
     /// their last call) are stopped on the way, without counting as faults;
-    /// one with stray output is a fault.
-    fn checkout(&self, start: Starter<'_, '_>, generation: u64, held: &mut Live<'_>) -> Result<(), CheckoutError> {
+    /// one with stray output is a fault (`line` protocol; with `keep_lines`
+    /// the exchange reads what waits).
+    fn checkout(
+        &self,
+        start: Starter<'_, '_>,
+        generation: u64,
+        held: &mut Live<'_>,
+        keep_lines: bool,
+    ) -> Result<(), CheckoutError> {
         loop {
             let Some(mut worker) = lock(&self.idle).pop() else { break };
             let pid = worker.pid();
@@ -197,7 +231,7 @@ impl Pool {
             } else if worker.generation != generation {
                 "the environment changed (bootstrap env_overrides)"
             } else {
-                match worker.check_quiet() {
+                match worker.check_quiet(keep_lines) {
                     Ok(()) => {
                         held.worker = Some(worker);
                         return Ok(());
@@ -233,8 +267,9 @@ impl Pool {
     fn success(self: &Arc<Self>, mut held: Live<'_>, value: Value) -> Value {
         *lock(&self.guard) = CrashGuard::default();
         if let Some(mut worker) = held.worker.take() {
-            if worker.ended() {
-                // It answered and exited (a one-shot script): nothing to keep.
+            if worker.ended() || worker.retired() {
+                // It answered and exited (a one-shot script), or left some
+                // of our lines unread: nothing to keep.
                 lock(&self.live).remove(&worker.pid());
                 stop_later(worker);
             } else {

@@ -1,6 +1,14 @@
 //! One persistent worker process: started like a one-shot call (the shared
-//! spawn builder), then fed one request line per call and read for one reply
-//! line (`line.rs`), within the call's deadline.
+//! spawn builder), then fed one request per call and read for its reply,
+//! within the call's deadline:
+//! - `line` protocol: one request line, one reply line (`line.rs`);
+//! - `jsonrpc` protocol: the call is a JSON-RPC request; until the response
+//!   with its id arrives, the worker's own requests are answered by the
+//!   plugin's host services, its notifications dispatched, and every other
+//!   line (junk, responses to other ids) logged — rate-limited, each line
+//!   cut short — and skipped (`rpc.rs`). A service call runs under the same
+//!   deadline, holding no lock of the pool: a worker calling services forever
+//!   still times out and is killed.
 //!
 //! Invariants:
 //! - its process group is killed whenever the worker is dropped or stopped,
@@ -24,7 +32,9 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 
-use super::line::{self, Cursor, Scan};
+use super::line::{self, Cursor, Next, Scan};
+use super::rpc::{self, Incoming, RpcError};
+use crate::agent::services::{CallContext, PluginServices, ServiceError, code};
 use crate::protocol::HookName;
 use crate::runner::HookError;
 use crate::runner::process::launcher::CommandLine;
@@ -64,6 +74,33 @@ pub(super) struct Start<'a> {
     pub generation: u64,
 }
 
+/// Junk lines logged per worker per [`JUNK_WINDOW`]; the rest are counted
+/// and the count logged when the window ends.
+const JUNK_LOGGED: u32 = 10;
+const JUNK_WINDOW: Duration = Duration::from_secs(10);
+
+/// How a call was answered.
+#[derive(Debug)]
+pub(super) enum Answer {
+    /// The hook's reply (`line`, or a JSON-RPC `result`).
+    Reply(Value),
+    /// A JSON-RPC `error` response: the call fails, the worker is fine.
+    Refused(RpcError),
+}
+
+/// A `jsonrpc` call: what it is, and what the worker's requests reach.
+pub(super) struct RpcCall<'a> {
+    pub plugin: &'a str,
+    pub hook: HookName,
+    /// `hook/<name>` or `vfs/read_symbolic`.
+    pub method: String,
+    /// The plugin's services, if attached (taken once per call: no lock is
+    /// held while they run).
+    pub services: Option<std::sync::Arc<PluginServices>>,
+    /// The call's agent, for `session`-scoped storage.
+    pub context: CallContext,
+}
+
 /// Why an exchange failed: the worker is no longer usable.
 #[derive(Debug)]
 pub(super) enum Fault {
@@ -95,6 +132,87 @@ pub(super) struct Worker {
     runtime: tokio::runtime::Id,
     pub generation: u64,
     pub idle_since: Instant,
+    /// The last JSON-RPC id the host used with it.
+    last_id: u64,
+    /// It answered, but left some of the host's lines unread: not reused.
+    retired: bool,
+    junk: JunkLog,
+}
+
+/// Rate limit of the "skipped a line" warnings of one worker.
+#[derive(Debug)]
+struct JunkLog {
+    since: Instant,
+    logged: u32,
+    suppressed: u64,
+}
+
+impl JunkLog {
+    fn new() -> Self {
+        JunkLog { since: Instant::now(), logged: 0, suppressed: 0 }
+    }
+
+    fn note(&mut self, plugin: &str, hook: HookName, why: &str, preview: &str) {
+        if self.since.elapsed() >= JUNK_WINDOW {
+            if self.suppressed > 0 {
+                tracing::warn!(
+                    target: "plugin_stdout", plugin, hook = %hook,
+                    "{} more lines that are not JSON-RPC (or answer no pending call) were skipped",
+                    self.suppressed
+                );
+            }
+            *self = JunkLog::new();
+        }
+        if self.logged < JUNK_LOGGED {
+            self.logged += 1;
+            tracing::warn!(target: "plugin_stdout", plugin, hook = %hook, "skipped a worker line ({why}): `{preview}`");
+        } else {
+            self.suppressed += 1;
+        }
+    }
+}
+
+/// The host's bytes still to write to a worker in one call.
+struct Outbox {
+    bytes: Vec<u8>,
+    sent: usize,
+    /// Where the call's own request ends.
+    request_end: usize,
+}
+
+impl Outbox {
+    fn unsent(&self) -> &[u8] {
+        &self.bytes[self.sent..]
+    }
+    fn pending(&self) -> bool {
+        self.sent < self.bytes.len()
+    }
+    fn push(&mut self, line: &[u8]) {
+        if !self.pending() {
+            self.bytes.clear();
+            self.sent = 0;
+            self.request_end = 0;
+        }
+        self.bytes.extend_from_slice(line);
+    }
+}
+
+/// What one wait on a worker's pipes brought.
+enum Event {
+    Wrote(std::io::Result<usize>),
+    Read(std::io::Result<usize>),
+    Exited,
+}
+
+/// A service call of the worker's, answered by the plugin's services.
+async fn serve(call: &RpcCall<'_>, method: &str, params: Value) -> Result<Value, ServiceError> {
+    match &call.services {
+        Some(services) => services.dispatch(method, params, &call.context).await,
+        None => Err(ServiceError {
+            code: code::SERVICE,
+            message: format!("no host services are attached to plugin '{}'", call.plugin),
+        }),
+    }
 }
 
 impl Worker {
@@ -144,6 +262,9 @@ impl Worker {
             runtime: tokio::runtime::Handle::current().id(),
             generation: s.generation,
             idle_since: Instant::now(),
+            last_id: 0,
+            retired: false,
+            junk: JunkLog::new(),
         })
     }
 
@@ -162,9 +283,138 @@ impl Worker {
         self.eof
     }
 
-    /// Sends one request line and reads its reply within `timeout`. Call
-    /// [`Worker::check_quiet`] first.
-    pub(super) async fn exchange(&mut self, request: &[u8], timeout: Duration) -> Result<Value, Fault> {
+    /// Whether it must not serve another call although it answered this one.
+    pub(super) fn retired(&self) -> bool {
+        self.retired
+    }
+
+    /// Runs one call within `timeout`: `request` is the request line (as a
+    /// one-shot script reads it); with `rpc` it goes out as a JSON-RPC
+    /// request. Call [`Worker::check_quiet`] first.
+    pub(super) async fn exchange(
+        &mut self,
+        request: &[u8],
+        rpc: Option<&RpcCall<'_>>,
+        timeout: Duration,
+    ) -> Result<Answer, Fault> {
+        match rpc {
+            None => self.exchange_line(request, timeout).await.map(Answer::Reply),
+            Some(call) => self.exchange_rpc(request, call, timeout).await,
+        }
+    }
+
+    fn shrink(&mut self) {
+        if self.buf.capacity() > 4 * CHUNK {
+            self.buf.shrink_to(CHUNK);
+        }
+    }
+
+    /// The `jsonrpc` exchange (see the module doc).
+    async fn exchange_rpc(&mut self, params: &[u8], call: &RpcCall<'_>, timeout: Duration) -> Result<Answer, Fault> {
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        if self.stdin.is_none() {
+            return Err(Fault::Ended);
+        }
+        self.last_id += 1;
+        let id = self.last_id;
+        let request = rpc::request_line(id, &call.method, params);
+        let mut out = Outbox { request_end: request.len(), bytes: request, sent: 0 };
+        let mut writable = true;
+        loop {
+            // Every whole line read so far, in order.
+            loop {
+                let line = match self.cursor.next_line(&mut self.buf, MAX_REPLY, self.eof) {
+                    Next::Line(line) => line,
+                    Next::TooLong => return Err(Fault::TooLong),
+                    Next::NeedMore if self.eof => return Err(Fault::Ended),
+                    Next::NeedMore => break,
+                };
+                match rpc::classify(&line) {
+                    Incoming::Response { id: answered, outcome } if answered.as_u64() == Some(id) => {
+                        if out.sent < out.request_end {
+                            return Err(Fault::Stray("it answered before reading the whole request".to_owned()));
+                        }
+                        if out.pending() {
+                            // Our answers to its requests are not all
+                            // written: its stdin would start mid-line.
+                            tracing::debug!(
+                                plugin = call.plugin,
+                                "the worker answered before reading every service reply; replacing it"
+                            );
+                            self.retired = true;
+                        }
+                        self.shrink();
+                        return Ok(match outcome {
+                            Ok(value) => Answer::Reply(value),
+                            Err(error) => Answer::Refused(error),
+                        });
+                    }
+                    Incoming::Response { id: other, .. } => {
+                        let why = format!("a response to id {other}, while the call pending is id {id}");
+                        self.junk.note(call.plugin, call.hook, &why, &line::preview(&line));
+                    }
+                    Incoming::Request { id: asked, method, params } => {
+                        let answer = tokio::select! {
+                            answer = serve(call, &method, params) => answer,
+                            () = &mut deadline => return Err(Fault::Timeout(timeout)),
+                        };
+                        out.push(&match answer {
+                            Ok(value) => rpc::result_line(&asked, &value),
+                            Err(e) => rpc::error_line(&asked, e.code, &e.message),
+                        });
+                    }
+                    Incoming::Notification { method, params } => {
+                        if call.services.is_none() && method == "log" {
+                            let message = params.get("message").and_then(Value::as_str).unwrap_or_default();
+                            tracing::info!(target: "plugin_log", plugin = call.plugin, "{message}");
+                            continue;
+                        }
+                        let result = tokio::select! {
+                            result = serve(call, &method, params) => result,
+                            () = &mut deadline => return Err(Fault::Timeout(timeout)),
+                        };
+                        if let Err(e) = result {
+                            tracing::debug!(plugin = call.plugin, "the worker's `{method}` notification failed: {e}");
+                        }
+                    }
+                    Incoming::Junk { why, preview } => self.junk.note(call.plugin, call.hook, why, &preview),
+                }
+            }
+            self.buf.reserve(CHUNK);
+            let stdin = &mut self.stdin;
+            let unsent = out.unsent();
+            let event = tokio::select! {
+                r = async { match stdin { Some(s) => s.write(unsent).await, None => Ok(0) } },
+                    if writable && !unsent.is_empty() => Event::Wrote(r),
+                r = self.stdout.read_buf(&mut self.buf) => Event::Read(r),
+                () = self.exit.exited(), if self.exit.available() && !self.eof => Event::Exited,
+                () = &mut deadline => return Err(Fault::Timeout(timeout)),
+            };
+            match event {
+                Event::Wrote(Ok(n)) if n > 0 => out.sent += n,
+                Event::Wrote(r) => {
+                    // It stopped reading (most likely it is exiting): what
+                    // it wrote, or its end, decides.
+                    tracing::debug!("writing to the worker failed: {r:?}");
+                    writable = false;
+                }
+                Event::Read(Ok(0) | Err(_)) => {
+                    self.eof = true;
+                    writable = false;
+                }
+                Event::Read(Ok(_)) => {}
+                Event::Exited => {
+                    drain_exited(&self.stdout, &mut self.buf);
+                    self.eof = true;
+                    writable = false;
+                }
+            }
+        }
+    }
+
+    /// The `line` exchange: one request line, one reply line.
+    async fn exchange_line(&mut self, request: &[u8], timeout: Duration) -> Result<Value, Fault> {
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
         let Some(stdin) = self.stdin.as_mut() else { return Err(Fault::Ended) };
@@ -180,9 +430,7 @@ impl Worker {
                     return Err(Fault::Stray("it answered before reading the whole request".to_owned()));
                 }
                 Scan::Reply(value) => {
-                    if self.buf.capacity() > 4 * CHUNK {
-                        self.buf.shrink_to(CHUNK);
-                    }
+                    self.shrink();
                     return Ok(value);
                 }
                 Scan::Garbage(start) => return Err(Fault::Garbage(start)),
@@ -208,14 +456,7 @@ impl Worker {
                     Ok(_) => {}
                 },
                 () = self.exit.exited(), if self.exit.available() && !self.eof => {
-                    // It exited: take what the pipe holds, without waiting
-                    // for a grandchild that may keep it open.
-                    let fd = std::os::fd::AsRawFd::as_raw_fd(&self.stdout);
-                    let buf = &mut self.buf;
-                    drain(fd, |chunk| {
-                        buf.extend_from_slice(chunk);
-                        buf.len() <= MAX_REPLY + 1
-                    });
+                    drain_exited(&self.stdout, &mut self.buf);
                     self.eof = true;
                     writing = false;
                 }
@@ -224,10 +465,12 @@ impl Worker {
         }
     }
 
-    /// Before a request: nothing may be waiting on stdout (a second line to
-    /// the previous request would be read as this one's reply): `Stray`.
-    /// `Ended`: it exited (or closed stdout) since its last reply.
-    pub(super) fn check_quiet(&mut self) -> Result<(), Fault> {
+    /// Before a request: in the `line` protocol nothing may be waiting on
+    /// stdout (a second line to the previous request would be read as this
+    /// one's reply): `Stray`. With `keep_lines` (`jsonrpc`: every line says
+    /// what it is) what waits stays for the exchange to read. `Ended`: it
+    /// exited (or closed stdout) since its last reply.
+    pub(super) fn check_quiet(&mut self, keep_lines: bool) -> Result<(), Fault> {
         if !self.eof {
             let mut chunk = [0u8; 4096];
             let mut read = ReadBuf::new(&mut chunk);
@@ -238,6 +481,9 @@ impl Worker {
                 Poll::Ready(Err(_)) => self.eof = true,
                 Poll::Pending => {}
             }
+        }
+        if keep_lines {
+            return if self.eof { Err(Fault::Ended) } else { Ok(()) };
         }
         if line::has_text(&self.buf) {
             let stray = line::preview(self.buf.trim_ascii());
@@ -266,7 +512,7 @@ impl Worker {
             Fault::Garbage(start) => invalid(format!(
                 "the worker's reply is not a JSON line (line protocol: exactly one JSON line per request): `{start}`"
             )),
-            Fault::Stray(what) => invalid(format!("the worker broke the line protocol: {what}")),
+            Fault::Stray(what) => invalid(format!("the worker broke the protocol: {what}")),
             Fault::Ended => {
                 let (label, code) = match status {
                     Some(status) if exited_by_itself || !self.exit.available() => {
@@ -335,6 +581,15 @@ impl Drop for Worker {
             }
         }
     }
+}
+
+/// The worker exited: take what its stdout pipe holds (bounded), without
+/// waiting for a grandchild that may keep it open.
+fn drain_exited(stdout: &ChildStdout, buf: &mut Vec<u8>) {
+    drain(std::os::fd::AsRawFd::as_raw_fd(stdout), |chunk| {
+        buf.extend_from_slice(chunk);
+        buf.len() <= MAX_REPLY + 1
+    });
 }
 
 fn invalid(message: String) -> HookError {
