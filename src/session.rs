@@ -3,8 +3,10 @@
 //!
 //! A transcript is JSONL, one turn per line:
 //! `{"agent_id"?, "peer_id"?, "user": s, "assistant": s, "tools"?: [{"name", "input", "result", "is_error"?}]}`.
-//! For each turn: ingest → assemble (recalled memories in the system
-//! prompt) → transform_tool_result per tool → after_turn, and compact when
+//! For each turn: message_received (agent loop) → ingest → assemble
+//! (recalled memories and plugins' prompt suffixes in the system prompt) →
+//! per tool tool_call_pre / the plugin's tool / tool_call_post (agent loop)
+//! then transform_tool_result → after_turn, and compact when
 //! the history passes 80 % of the window; bootstrap once at the start. A
 //! turn's after_turn calls finish before the next turn's ingest (a real user
 //! is slower than a hook), so runs are repeatable.
@@ -14,6 +16,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::agent::engine::{AgentEngine, Blocked, ToolOutcome};
 use crate::engine::default::compact::COMPACT_AT;
 use crate::engine::stack::StackEngine;
 use crate::engine::{ContextEngine, EngineError, Recalled};
@@ -41,7 +44,10 @@ pub struct ToolCall {
     pub name: String,
     #[serde(default)]
     pub input: Value,
-    pub result: String,
+    /// What the tool returned. Left out for a tool a plugin registered: the
+    /// plugin is called for it (through the agent engine).
+    #[serde(default)]
+    pub result: Option<String>,
     #[serde(default)]
     pub is_error: bool,
 }
@@ -74,6 +80,10 @@ pub struct TurnReport {
     pub assembled_tokens: usize,
     /// Each tool's result as the model sees it.
     pub tool_results: Vec<String>,
+    /// A plugin dropped the user's message at `message_received`: the turn
+    /// was not run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dropped: Option<Blocked>,
     pub compacted: bool,
     pub elapsed_ms: f64,
 }
@@ -92,6 +102,7 @@ pub struct RunSettings {
 /// An engine error (a plugin with the `abort` policy, the memory store).
 pub async fn run(
     engine: &StackEngine,
+    agent: Option<&AgentEngine>,
     turns: &[Turn],
     settings: &RunSettings,
     mut on_turn: impl FnMut(&TurnReport),
@@ -108,14 +119,35 @@ pub async fn run(
     let counter = engine.default_engine().counter();
     let window = settings.context_window_tokens;
     let mut histories: std::collections::HashMap<String, Vec<Message>> = Default::default();
+    let loop_engine = agent;
     for (i, t) in turns.iter().enumerate() {
         let started = Instant::now();
         let agent = t.agent_id.clone().unwrap_or_else(|| settings.default_agent.clone());
         let history = histories.entry(agent.clone()).or_default();
+        let user = match loop_engine {
+            Some(a) => match a.message_received(&agent, &t.user, "user", serde_json::json!(history)).await {
+                Ok(text) => text,
+                Err(blocked) => {
+                    on_turn(&TurnReport {
+                        turn: i + 1,
+                        agent_id: agent,
+                        memories: Vec::new(),
+                        assembled: Vec::new(),
+                        assembled_tokens: 0,
+                        tool_results: Vec::new(),
+                        dropped: Some(blocked),
+                        compacted: false,
+                        elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
+                    });
+                    continue;
+                }
+            },
+            None => t.user.clone(),
+        };
         let memories = engine
             .ingest(&IngestRequest {
                 agent_id: agent.clone(),
-                message: t.user.clone(),
+                message: user.clone(),
                 peer_id: t.peer_id.clone(),
                 ..Default::default()
             })
@@ -127,8 +159,11 @@ pub async fn run(
                 system_prompt.push_str(&format!("\n- {}", m.content));
             }
         }
+        if let Some(a) = loop_engine {
+            system_prompt = a.with_prompt_suffixes(&system_prompt);
+        }
         let first_of_turn = history.len();
-        history.push(Message::text(Role::User, t.user.clone()));
+        history.push(Message::text(Role::User, user.clone()));
         let assembled = engine
             .assemble(&AssembleRequest {
                 agent_id: agent.clone(),
@@ -142,18 +177,19 @@ pub async fn run(
         let mut tool_results = Vec::new();
         for (k, tool) in t.tools.iter().enumerate() {
             let id = format!("turn{}-tool{}", i + 1, k + 1);
+            let (output, is_error) = run_tool(loop_engine, &agent, tool).await;
             let shown = engine
                 .transform_tool_result(&TransformToolResultRequest::new(
                     agent.clone(),
                     tool.name.clone(),
                     id.clone(),
                     tool.input.clone(),
-                    tool.result.clone(),
-                    tool.is_error,
+                    output,
+                    is_error,
                 ))
                 .await?;
             history.push(tool_use(&id, tool));
-            history.push(tool_result(&id, tool, &shown));
+            history.push(tool_result(&id, tool, &shown, is_error));
             tool_results.push(shown);
         }
         history.push(Message::text(Role::Assistant, t.assistant.clone()));
@@ -190,6 +226,7 @@ pub async fn run(
             assembled: shown,
             assembled_tokens,
             tool_results,
+            dropped: None,
             compacted,
             elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
         });
@@ -207,13 +244,44 @@ fn tool_use(id: &str, tool: &ToolCall) -> Message {
     Message { content: Content::Blocks(vec![block]), ..Message::text(Role::Assistant, "") }
 }
 
-fn tool_result(id: &str, tool: &ToolCall, shown: &str) -> Message {
+/// A tool call of the transcript through the agent loop: `tool_call_pre`
+/// (a block denies it, and the model sees the reason), the plugin's tool
+/// when the transcript gives no result and a plugin registered the tool,
+/// then `tool_call_post`. Without an agent engine, the transcript's result.
+async fn run_tool(agent_engine: Option<&AgentEngine>, agent: &str, tool: &ToolCall) -> (String, bool) {
+    let text = |v: Value| match v {
+        Value::String(s) => s,
+        other => other.to_string(),
+    };
+    let Some(a) = agent_engine else { return (tool.result.clone().unwrap_or_default(), tool.is_error) };
+    let registered = a.tools().iter().any(|(_, t)| t.name == tool.name);
+    if tool.result.is_none() && registered {
+        return match a.call_tool(agent, &tool.name, tool.input.clone()).await {
+            Ok(ToolOutcome::Result { result, is_error }) => (text(result), is_error),
+            Ok(ToolOutcome::Blocked(b)) => (denied(&b), true),
+            Err(e) => (e.to_string(), true),
+        };
+    }
+    let args = match a.tool_call_pre(agent, &tool.name, tool.input.clone()).await {
+        Ok(args) => args,
+        Err(b) => return (denied(&b), true),
+    };
+    let result = Value::String(tool.result.clone().unwrap_or_default());
+    (text(a.tool_call_post(agent, &tool.name, &args, result, tool.is_error).await), tool.is_error)
+}
+
+/// What the model is told when a plugin denies a tool call.
+fn denied(b: &Blocked) -> String {
+    format!("tool call denied by plugin '{}': {}", b.plugin, b.reason)
+}
+
+fn tool_result(id: &str, tool: &ToolCall, shown: &str, is_error: bool) -> Message {
     let block = Block::ToolResult(ToolResultBlock {
         tool_use_id: id.to_owned(),
         tool_name: Some(tool.name.clone()),
         content: shown.to_owned(),
-        is_error: tool.is_error,
-        status: Some(if tool.is_error { "error" } else { "completed" }.to_owned()),
+        is_error,
+        status: Some(if is_error { "error" } else { "completed" }.to_owned()),
         extra: Default::default(),
     });
     Message { content: Content::Blocks(vec![block]), ..Message::text(Role::User, "") }
@@ -231,5 +299,6 @@ mod tests {
         let ok = parse_transcript("{\"user\":\"a\",\"assistant\":\"b\",\"tools\":[{\"name\":\"t\",\"result\":\"r\"}]}")
             .unwrap();
         assert_eq!(ok[0].tools[0].name, "t");
+        assert_eq!(ok[0].tools[0].result.as_deref(), Some("r"));
     }
 }

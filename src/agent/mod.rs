@@ -11,8 +11,10 @@
 
 pub mod config;
 pub mod decision;
+pub mod engine;
 pub mod services;
 pub mod storage;
+pub mod timers;
 pub mod triggers;
 pub mod vfs;
 

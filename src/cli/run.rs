@@ -18,7 +18,10 @@ use crate::session::{RunSettings, Turn, TurnReport, parse_transcript};
 ///
 /// The engine is `[context_engine]` of the config file: the built-in engine
 /// under `plugin` or `plugin_stack`. A transcript is JSONL, one turn per line:
-/// {"agent_id"?, "peer_id"?, "user", "assistant", "tools"?: [{"name", "input", "result", "is_error"?}]}.
+/// {"agent_id"?, "peer_id"?, "user", "assistant", "tools"?: [{"name", "input", "result"?, "is_error"?}]}.
+/// Plugins with agent-loop hooks take part: message_received on each user
+/// message, tool_call_pre/post around each tool (a block denies the call), a
+/// plugin's registered tool is called when the line gives no `result`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Examples:
@@ -104,6 +107,12 @@ fn drive(home: &Home, config: &HostConfig, turns: &[Turn], output: &OutputArgs) 
     let cx = LoadContext { home, config, host_env: &LoadContext::process_env };
     let (engine, warnings) = load_stack(&cx)?;
     show_warnings(&warnings);
+    // The agent loop: plugins with agent hooks (tool_call_pre, …) take part
+    // in every turn; none installed, none asked.
+    let (agent, warnings) = crate::agent::engine::AgentEngine::load(&cx, engine.metrics().clone())
+        .map_err(|e| format!("agent-loop host services: {e}"))?;
+    show_warnings(&warnings);
+    let agent = (!agent.plugins().is_empty()).then_some(agent);
     let settings = RunSettings {
         system_prompt: output.system_prompt.clone(),
         context_window_tokens: config.context_engine.context_window_tokens,
@@ -113,7 +122,7 @@ fn drive(home: &Home, config: &HostConfig, turns: &[Turn], output: &OutputArgs) 
     let mut out = std::io::stdout().lock();
     let progress = !output.json && turns.len() > 20 && std::io::stderr().is_terminal();
     let mut write_error = None;
-    runtime.block_on(crate::session::run(&engine, turns, &settings, |report| {
+    runtime.block_on(crate::session::run(&engine, agent.as_deref(), turns, &settings, |report| {
         let written = if output.json { write_json(&mut out, report) } else { write_text(&mut out, report) };
         if let Err(e) = written {
             write_error.get_or_insert(e);
@@ -140,6 +149,10 @@ fn write_json(out: &mut impl Write, r: &TurnReport) -> std::io::Result<()> {
 
 fn write_text(out: &mut impl Write, r: &TurnReport) -> std::io::Result<()> {
     writeln!(out, "Turn {} (agent {}, {:.1} ms)", r.turn, r.agent_id, r.elapsed_ms)?;
+    if let Some(b) = &r.dropped {
+        writeln!(out, "  message dropped by plugin '{}': {}", b.plugin, b.reason)?;
+        return writeln!(out);
+    }
     if r.memories.is_empty() {
         writeln!(out, "  memories: none")?;
     } else {

@@ -21,6 +21,7 @@
 //! critical path with blocking work: loading (launcher probes, component
 //! compiles) runs on the blocking pool.
 
+mod agent_loop;
 mod agents;
 mod auth;
 mod body;
@@ -34,7 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::{get, post};
+use axum::routing::{get, patch, post, put};
 
 use crate::config::HostConfig;
 use crate::engine::ContextEngine;
@@ -77,6 +78,8 @@ pub enum ServeError {
     Engine(#[from] crate::engine::EngineError),
     #[error("cannot watch the plugins dir for --watch: {0}")]
     Watch(String),
+    #[error("agent-loop host services: {0}")]
+    Agent(crate::agent::services::ServiceError),
     #[error("the server stopped: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -86,6 +89,8 @@ pub(crate) struct AppState {
     home: Home,
     config: HostConfig,
     engine: StackEngine,
+    /// The agent loop: every enabled plugin with agent hooks or registrations.
+    agent: Arc<crate::agent::engine::AgentEngine>,
     token: Option<String>,
     /// One reload at a time: two reloads of one plugin must not interleave.
     reload_lock: tokio::sync::Mutex<()>,
@@ -103,6 +108,8 @@ pub struct Server {
     listener: tokio::net::TcpListener,
     /// Watching since `bind`, so no change after the address is printed is missed.
     watcher: Option<notify::RecommendedWatcher>,
+    /// Trigger watcher, schedules and heartbeats of the agent loop.
+    timers: crate::agent::timers::Timers,
 }
 
 impl Server {
@@ -122,6 +129,13 @@ impl Server {
         for w in warnings {
             tracing::warn!("{w}");
         }
+        let (agent, warnings) = {
+            let cx = LoadContext { home: &home, config: &config, host_env: &LoadContext::process_env };
+            crate::agent::engine::AgentEngine::load(&cx, engine.metrics().clone()).map_err(ServeError::Agent)?
+        };
+        for w in warnings {
+            tracing::warn!("{w}");
+        }
         let engine_config = &config.context_engine;
         let bootstrap = BootstrapRequest {
             context_window_tokens: engine_config.context_window_tokens,
@@ -133,10 +147,17 @@ impl Server {
         let listener = tokio::net::TcpListener::bind(options.addr)
             .await
             .map_err(|source| ServeError::Bind { addr: options.addr, source })?;
-        let state =
-            Arc::new(AppState { home, config, engine, token: options.token, reload_lock: tokio::sync::Mutex::new(()) });
+        let timers = crate::agent::timers::Timers::start(&agent, crate::agent::timers::TICK);
+        let state = Arc::new(AppState {
+            home,
+            config,
+            engine,
+            agent,
+            token: options.token,
+            reload_lock: tokio::sync::Mutex::new(()),
+        });
         let watcher = if options.watch { Some(watch::start(state.clone())?) } else { None };
-        Ok(Server { state, listener, watcher })
+        Ok(Server { state, listener, watcher, timers })
     }
 
     /// The bound address (the real port when `:0` was asked for).
@@ -151,6 +172,7 @@ impl Server {
     /// The watcher could not start, or the listener failed.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
         let _watcher = self.watcher;
+        let timers = self.timers;
         let app = router(self.state.clone());
         axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await?;
         if tokio::time::timeout(SETTLE_TIMEOUT, self.state.engine.settle()).await.is_err() {
@@ -159,8 +181,10 @@ impl Server {
                 SETTLE_TIMEOUT.as_secs()
             );
         }
+        drop(timers);
         // Persistent workers stop gracefully (stdin closed, then killed).
         self.state.engine.shutdown().await;
+        self.state.agent.shutdown().await;
         Ok(())
     }
 }
@@ -171,11 +195,26 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/api/plugins/{name}/reload", post(plugins::reload))
         .route("/api/plugins/{name}/test-hook", post(plugins::test_hook))
         .route("/api/agents/{agent_id}/{hook}", post(agents::call))
+        .route("/api/agents/{agent_id}/messages", post(agent_loop::message))
+        .route("/api/agents/{agent_id}/tools/{name}", post(agent_loop::call_tool))
+        .route("/api/agent-hooks/{hook}", post(agent_loop::chain))
+        .route("/api/plugins/{name}/config", put(agent_loop::put_config))
+        .route("/api/triggers", post(agent_loop::create_trigger))
+        .route("/api/triggers/{id}", patch(agent_loop::patch_trigger).delete(agent_loop::delete_trigger))
+        .route("/api/events/{name}", post(agent_loop::event))
+        .route("/faust/plugins/{id}/communicate", post(agent_loop::communicate))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .route("/api/plugins", get(plugins::list))
         .route("/api/plugins/doctor", get(plugins::doctor))
         .route("/api/context-engine/metrics", get(plugins::engine_metrics))
+        .route("/api/tools", get(agent_loop::tools))
+        .route("/api/plugins/{name}/config", get(agent_loop::get_config))
+        .route("/api/vfs", get(agent_loop::vfs))
+        .route("/api/triggers", get(agent_loop::list_triggers))
+        .route("/api/triggers/fired", get(agent_loop::fired))
+        .route("/api/triggers/{id}", get(agent_loop::get_trigger))
+        .route("/api/agent/health", get(agent_loop::health))
         .route("/metrics", get(prometheus::metrics))
         .route("/healthz", get(healthz))
         .merge(mutating)

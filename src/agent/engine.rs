@@ -1,0 +1,861 @@
+//! The agent engine: every enabled plugin that takes part in the agent loop,
+//! in chain order, and the rules of `agent-hooks.md` for asking them — chains
+//! of pass/replace/block, observers, tools wrapped by `tool_call_pre/post`,
+//! `communicate` routed by id, `config_changed` after every set, the
+//! `trigger_append` chain before a trigger is stored, symbolic vfs reads.
+//!
+//! Unlike the context engine's `plugin_stack`, membership is not configured:
+//! a plugin that declares an agent hook or registration takes part. Each
+//! plugin call is isolated — an error, a timeout or a reply that is not a
+//! decision is logged, counted in [`Metrics`] and treated as a pass.
+//!
+//! The background work (trigger watcher, schedules, heartbeats) lives in
+//! [`super::timers`]; this module never sleeps.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde_json::{Map, Value, json};
+
+use super::config::Change;
+use super::decision::{self, Form, Outcome, PrioritySource};
+use super::services::{HostCalls, PluginServices, ServiceError, SharedServices};
+use crate::manifest::{AgentDecl, ToolSpec};
+use crate::metrics::{CallOutcome, Metrics};
+use crate::plugin::LoadedPlugin;
+use crate::protocol::{AgentRequest, HookName, HookRequest};
+use crate::runner::{BoxFuture, CallOptions, Runner};
+
+/// One plugin of the agent loop.
+pub struct AgentPlugin {
+    pub name: String,
+    pub version: String,
+    /// Ascending chain order (ties by name).
+    pub order: i64,
+    pub hooks: BTreeSet<HookName>,
+    pub decl: AgentDecl,
+    pub runner: Arc<dyn Runner>,
+    pub services: Arc<PluginServices>,
+}
+
+impl AgentPlugin {
+    /// Whether a loaded plugin takes part in the agent loop at all.
+    pub fn takes_part(plugin: &LoadedPlugin) -> bool {
+        let d = &plugin.agent;
+        plugin.hooks.iter().any(|h| h.is_agent())
+            || !d.tools.is_empty()
+            || !d.schedules.is_empty()
+            || !d.config.is_empty()
+            || d.prompt_suffix.is_some()
+            || !d.frontend.js.is_empty()
+            || !d.frontend.css.is_empty()
+    }
+
+    /// `plugin` with its services opened on `shared` and attached.
+    ///
+    /// # Errors
+    /// Its service files cannot be made or read.
+    pub fn new(
+        plugin: LoadedPlugin,
+        source: PrioritySource,
+        shared: &Arc<SharedServices>,
+        home: &crate::home::Home,
+    ) -> Result<AgentPlugin, ServiceError> {
+        let services = super::attach_services(&plugin, shared, home)?;
+        Ok(AgentPlugin {
+            order: decision::order_key(source),
+            name: plugin.name,
+            version: plugin.version,
+            hooks: plugin.hooks,
+            decl: plugin.agent,
+            runner: plugin.runner,
+            services,
+        })
+    }
+}
+
+/// A chain a plugin stopped.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Blocked {
+    pub plugin: String,
+    pub reason: String,
+}
+
+/// What a tool call came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolOutcome {
+    /// The tool's result, after `tool_call_post`.
+    Result { result: Value, is_error: bool },
+    /// `tool_call_pre` denied it: the reason goes to the model.
+    Blocked(Blocked),
+}
+
+/// Why a tool or communicate call could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    #[error("no tool `{name}`{hint}")]
+    UnknownTool { name: String, hint: String },
+    #[error("no plugin '{name}' in the agent loop{hint}")]
+    UnknownPlugin { name: String, hint: String },
+    #[error("plugin '{plugin}' does not handle `{hook}`")]
+    NoHook { plugin: String, hook: HookName },
+    #[error("plugin '{plugin}' failed at `{hook}`: {error}")]
+    Failed { plugin: String, hook: HookName, error: String },
+    #[error("plugin '{plugin}' answered `{hook}` with {found}, not a JSON object")]
+    NotAnObject { plugin: String, hook: HookName, found: &'static str },
+}
+
+/// The agent engine.
+pub struct AgentEngine {
+    plugins: arc_swap::ArcSwap<Vec<Arc<AgentPlugin>>>,
+    shared: Arc<SharedServices>,
+    metrics: Arc<Metrics>,
+    /// Triggers fired (after `trigger_fire`), oldest first, for the embedder.
+    fired: Mutex<std::collections::VecDeque<Value>>,
+    fired_tx: tokio::sync::broadcast::Sender<Value>,
+}
+
+/// How many fired triggers are kept for `fired()`.
+const FIRED_KEPT: usize = 256;
+
+/// The field a chain hook rewrites: what `replace` replaces.
+pub fn subject(hook: HookName) -> Option<&'static str> {
+    Some(match hook {
+        HookName::MessageReceived => "text",
+        HookName::LlmRequestPre => "messages",
+        HookName::ToolCallPre => "args",
+        HookName::ToolCallPost => "result",
+        HookName::AgentEventSent => "event",
+        HookName::MemoryReadPre => "query",
+        HookName::MemoryReadPost => "results",
+        HookName::MemoryWritePre => "content",
+        HookName::TriggerAppend | HookName::TriggerFire => "trigger",
+        _ => return None,
+    })
+}
+
+fn form(hook: HookName) -> Form {
+    if matches!(hook, HookName::MessageReceived | HookName::AgentEventSent) {
+        Form::StringsReplaceOrBlock
+    } else {
+        Form::Strict
+    }
+}
+
+impl AgentEngine {
+    /// An engine over `plugins` (sorted here into chain order), connected to
+    /// `shared` so the services can call back into it.
+    pub fn new(mut plugins: Vec<AgentPlugin>, shared: Arc<SharedServices>, metrics: Arc<Metrics>) -> Arc<Self> {
+        plugins.sort_by(|a, b| a.order.cmp(&b.order).then_with(|| a.name.cmp(&b.name)));
+        for p in &plugins {
+            p.runner.attach_metrics(metrics.clone());
+            if let Err(e) = p.services.publish_config() {
+                tracing::warn!("plugin '{}': {e}", p.name);
+            }
+        }
+        let (fired_tx, _) = tokio::sync::broadcast::channel(FIRED_KEPT);
+        let engine = Arc::new(AgentEngine {
+            plugins: arc_swap::ArcSwap::from_pointee(plugins.into_iter().map(Arc::new).collect()),
+            shared: shared.clone(),
+            metrics,
+            fired: Mutex::new(Default::default()),
+            fired_tx,
+        });
+        let weak: std::sync::Weak<dyn HostCalls> = Arc::downgrade(&(engine.clone() as Arc<dyn HostCalls>));
+        shared.connect(weak);
+        engine
+    }
+
+    /// Loads every enabled plugin of the plugins dir that takes part in the
+    /// agent loop. Plugins that fail to load are left out with a warning.
+    ///
+    /// # Errors
+    /// The services' state under the home cannot be opened.
+    pub fn load(
+        cx: &crate::plugin::LoadContext<'_>,
+        metrics: Arc<Metrics>,
+    ) -> Result<(Arc<AgentEngine>, Vec<String>), ServiceError> {
+        let shared = SharedServices::open(&cx.home.agent_dir())?;
+        let mut warnings = Vec::new();
+        let mut plugins = Vec::new();
+        for name in crate::registry::installed(cx.home) {
+            if !crate::registry::is_enabled(cx.home, &name) {
+                continue;
+            }
+            match crate::plugin::load_plugin(&cx.home.plugins_dir().join(&name), cx) {
+                Ok(plugin) if AgentPlugin::takes_part(&plugin) => {
+                    let source = PrioritySource::Toml(plugin.agent.priority);
+                    match AgentPlugin::new(plugin, source, &shared, cx.home) {
+                        Ok(p) => plugins.push(p),
+                        Err(e) => warnings.push(format!("plugin '{name}': host services: {e}")),
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => warnings.push(format!("plugin '{name}' is left out of the agent loop: {e}")),
+            }
+        }
+        Ok((AgentEngine::new(plugins, shared.clone(), metrics), warnings))
+    }
+
+    pub fn shared(&self) -> &Arc<SharedServices> {
+        &self.shared
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The plugins, in chain order.
+    pub fn plugins(&self) -> Arc<Vec<Arc<AgentPlugin>>> {
+        self.plugins.load_full()
+    }
+
+    pub fn plugin(&self, name: &str) -> Option<Arc<AgentPlugin>> {
+        self.plugins.load().iter().find(|p| p.name == name).cloned()
+    }
+
+    /// Puts `plugin` in (replacing one of the same name) or, with `None`,
+    /// takes plugin `name` out. The old one's workers are stopped.
+    pub async fn replace(&self, name: &str, plugin: Option<AgentPlugin>) {
+        let old = self.plugin(name);
+        let mut list: Vec<Arc<AgentPlugin>> = self.plugins.load().iter().filter(|p| p.name != name).cloned().collect();
+        if let Some(p) = plugin {
+            p.runner.attach_metrics(self.metrics.clone());
+            if let Err(e) = p.services.publish_config() {
+                tracing::warn!("plugin '{}': {e}", p.name);
+            }
+            list.push(Arc::new(p));
+        }
+        list.sort_by(|a, b| a.order.cmp(&b.order).then_with(|| a.name.cmp(&b.name)));
+        self.plugins.store(Arc::new(list));
+        if let Some(old) = old {
+            old.runner.shutdown().await;
+        }
+    }
+
+    fn unknown_plugin(&self, name: &str) -> AgentError {
+        let plugins = self.plugins.load();
+        AgentError::UnknownPlugin {
+            name: name.to_owned(),
+            hint: crate::hint::did_you_mean(name, plugins.iter().map(|p| p.name.as_str())),
+        }
+    }
+
+    /// One plugin call, timed and counted; a failure is `Err(text)`.
+    async fn call(&self, plugin: &AgentPlugin, hook: HookName, fields: Map<String, Value>) -> Result<Value, String> {
+        let request = HookRequest::Agent(AgentRequest::new(hook, fields));
+        let started = Instant::now();
+        let reply = plugin.runner.call(&request, &CallOptions::default()).await;
+        let outcome = if reply.is_ok() { CallOutcome::Success } else { CallOutcome::Failure };
+        self.metrics.record(&plugin.name, hook, started.elapsed(), outcome);
+        reply.map_err(|e| {
+            tracing::warn!(plugin = %plugin.name, hook = %hook, "agent hook failed (counted as pass): {e}");
+            e.to_string()
+        })
+    }
+
+    fn members(&self, hook: HookName, except: Option<&str>) -> Vec<Arc<AgentPlugin>> {
+        self.plugins
+            .load()
+            .iter()
+            .filter(|p| p.hooks.contains(&hook) && Some(p.name.as_str()) != except)
+            .cloned()
+            .collect()
+    }
+
+    /// Runs chain hook `hook` over `fields` (its subject field rewritten by
+    /// each replace): the final fields, or the block.
+    pub async fn chain(&self, hook: HookName, fields: Map<String, Value>) -> Result<Map<String, Value>, Blocked> {
+        self.chain_except(hook, fields, None).await
+    }
+
+    async fn chain_except(
+        &self,
+        hook: HookName,
+        mut fields: Map<String, Value>,
+        except: Option<&str>,
+    ) -> Result<Map<String, Value>, Blocked> {
+        let Some(key) = subject(hook) else { return Ok(fields) };
+        let members = self.members(hook, except);
+        if members.is_empty() {
+            return Ok(fields);
+        }
+        let names: Vec<String> = members.iter().map(|p| p.name.clone()).collect();
+        let initial = fields.remove(key).unwrap_or(Value::Null);
+        let base = &fields;
+        let (outcome, skipped) = decision::chain(&names, initial, form(hook), |name, value| {
+            let plugin = members.iter().find(|p| p.name == name).cloned();
+            let mut request = base.clone();
+            request.insert(key.to_owned(), value.clone());
+            async move {
+                match plugin {
+                    Some(p) => self.call(&p, hook, request).await,
+                    None => Err("gone".into()),
+                }
+            }
+        })
+        .await;
+        for s in skipped {
+            tracing::warn!(plugin = %s.plugin, hook = %hook, "counted as pass: {}", s.error);
+        }
+        match outcome {
+            Outcome::Value(v) => {
+                fields.insert(key.to_owned(), v);
+                Ok(fields)
+            }
+            Outcome::Blocked { plugin, reason } => Err(Blocked { plugin, reason }),
+        }
+    }
+
+    /// Calls observer hook `hook` on every plugin that has it, in order
+    /// (replies ignored; failures counted).
+    pub async fn observe(&self, hook: HookName, fields: Map<String, Value>) {
+        for p in self.members(hook, None) {
+            let _ = self.call(&p, hook, fields.clone()).await;
+        }
+    }
+
+    /// `message_received`: the text to go on with, or the block (message
+    /// dropped).
+    pub async fn message_received(
+        &self,
+        agent_id: &str,
+        text: &str,
+        origin: &str,
+        history: Value,
+    ) -> Result<String, Blocked> {
+        let fields = obj(json!({"agent_id": agent_id, "text": text, "origin": origin, "history": history}));
+        let out = self.chain(HookName::MessageReceived, fields).await?;
+        Ok(match out.get("text") {
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+            None => String::new(),
+        })
+    }
+
+    /// `llm_request_pre`: the messages to send.
+    pub async fn llm_request_pre(&self, agent_id: &str, messages: Value) -> Value {
+        let fields = obj(json!({"agent_id": agent_id, "messages": messages.clone()}));
+        match self.chain(HookName::LlmRequestPre, fields).await {
+            Ok(mut f) => f.remove("messages").unwrap_or(messages),
+            // A block is not a rule of this hook: the request goes out as it was.
+            Err(_) => messages,
+        }
+    }
+
+    /// `tool_call_pre`: the (possibly rewritten) args, or the denial.
+    pub async fn tool_call_pre(&self, agent_id: &str, name: &str, args: Value) -> Result<Value, Blocked> {
+        let fields = obj(json!({"agent_id": agent_id, "name": name, "args": args}));
+        let mut out = self.chain(HookName::ToolCallPre, fields).await?;
+        Ok(out.remove("args").unwrap_or(Value::Null))
+    }
+
+    /// `tool_call_post`: the result the model sees.
+    pub async fn tool_call_post(
+        &self,
+        agent_id: &str,
+        name: &str,
+        args: &Value,
+        result: Value,
+        is_error: bool,
+    ) -> Value {
+        let fields = obj(
+            json!({"agent_id": agent_id, "name": name, "args": args, "result": result.clone(), "is_error": is_error}),
+        );
+        match self.chain(HookName::ToolCallPost, fields).await {
+            Ok(mut f) => f.remove("result").unwrap_or(result),
+            Err(_) => result,
+        }
+    }
+
+    /// Every registered tool: `(plugin, spec)`, in plugin order.
+    pub fn tools(&self) -> Vec<(String, ToolSpec)> {
+        self.plugins.load().iter().flat_map(|p| p.decl.tools.iter().map(|t| (p.name.clone(), t.clone()))).collect()
+    }
+
+    /// Calls registered tool `name`: `tool_call_pre` (which may deny it or
+    /// rewrite the args), the owner's `call_tool`, then `tool_call_post`.
+    ///
+    /// # Errors
+    /// No such tool, or its plugin has no `call_tool` hook.
+    pub async fn call_tool(&self, agent_id: &str, name: &str, args: Value) -> Result<ToolOutcome, AgentError> {
+        let owner = self.plugins.load().iter().find(|p| p.decl.tools.iter().any(|t| t.name == name)).cloned();
+        let Some(owner) = owner else {
+            let tools = self.tools();
+            return Err(AgentError::UnknownTool {
+                name: name.to_owned(),
+                hint: crate::hint::did_you_mean(name, tools.iter().map(|(_, t)| t.name.as_str())),
+            });
+        };
+        if !owner.hooks.contains(&HookName::CallTool) {
+            return Err(AgentError::NoHook { plugin: owner.name.clone(), hook: HookName::CallTool });
+        }
+        let args = match self.tool_call_pre(agent_id, name, args).await {
+            Ok(args) => args,
+            Err(blocked) => return Ok(ToolOutcome::Blocked(blocked)),
+        };
+        let fields = obj(json!({"agent_id": agent_id, "name": name, "args": args.clone()}));
+        let (result, is_error) = match self.call(&owner, HookName::CallTool, fields).await {
+            Ok(Value::Object(reply)) => match (reply.get("error"), reply.get("result")) {
+                (Some(Value::String(e)), _) => (Value::String(e.clone()), true),
+                (Some(e), _) if !e.is_null() => (Value::String(e.to_string()), true),
+                (_, Some(r)) => (r.clone(), false),
+                _ => (Value::Null, false),
+            },
+            Ok(other) => (other, false),
+            Err(e) => (Value::String(format!("tool `{name}` failed: {e}")), true),
+        };
+        let result = self.tool_call_post(agent_id, name, &args, result, is_error).await;
+        Ok(ToolOutcome::Result { result, is_error })
+    }
+
+    /// `agent_event_sent`: the event to send, or `None` when suppressed.
+    pub async fn agent_event_sent(&self, event: Value) -> Option<Value> {
+        let out = self.chain(HookName::AgentEventSent, obj(json!({"event": event}))).await.ok()?;
+        out.get("event").cloned()
+    }
+
+    /// `memory_read_pre`: the query to run.
+    pub async fn memory_read_pre(&self, query: Value, filters: Value) -> Value {
+        let fields = obj(json!({"query": query.clone(), "filters": filters}));
+        self.chain(HookName::MemoryReadPre, fields).await.ok().and_then(|mut f| f.remove("query")).unwrap_or(query)
+    }
+
+    /// `memory_read_post`: the results to return.
+    pub async fn memory_read_post(&self, query: Value, results: Value) -> Value {
+        let fields = obj(json!({"query": query, "results": results.clone()}));
+        self.chain(HookName::MemoryReadPost, fields).await.ok().and_then(|mut f| f.remove("results")).unwrap_or(results)
+    }
+
+    /// `memory_write_pre`: the content to write, or the refusal.
+    pub async fn memory_write_pre(&self, content: Value, metadata: Value) -> Result<Value, Blocked> {
+        let fields = obj(json!({"content": content, "metadata": metadata}));
+        let mut out = self.chain(HookName::MemoryWritePre, fields).await?;
+        Ok(out.remove("content").unwrap_or(Value::Null))
+    }
+
+    /// `memory_write_post`: every plugin observes the stored write.
+    pub async fn memory_write_post(&self, content: Value, metadata: Value, id: Value) {
+        self.observe(HookName::MemoryWritePost, obj(json!({"content": content, "metadata": metadata, "id": id}))).await;
+    }
+
+    /// Creates (upserts) a trigger for the embedder: `trigger_append` first.
+    ///
+    /// # Errors
+    /// A plugin blocked it (`Ok(Err)`), or the store refused it.
+    pub async fn create_trigger(&self, trigger: Map<String, Value>) -> Result<Result<String, Blocked>, ServiceError> {
+        let out = match self.chain(HookName::TriggerAppend, obj(json!({"trigger": trigger}))).await {
+            Ok(out) => out,
+            Err(b) => return Ok(Err(b)),
+        };
+        let trigger = match out.get("trigger") {
+            Some(Value::Object(t)) => t.clone(),
+            _ => {
+                return Err(ServiceError {
+                    code: super::services::code::SERVICE,
+                    message: "trigger_append replaced the trigger with a non-object".into(),
+                });
+            }
+        };
+        self.shared
+            .triggers()
+            .create(trigger, super::services::now_secs())
+            .map(Ok)
+            .map_err(|e| ServiceError { code: super::services::code::SERVICE, message: e.to_string() })
+    }
+
+    /// Runs `trigger_fire` over a due trigger; delivered ones are kept for
+    /// [`AgentEngine::fired`] and sent to subscribers.
+    pub async fn fire(&self, trigger: Map<String, Value>) -> Option<Value> {
+        let out = match self.chain(HookName::TriggerFire, obj(json!({"trigger": trigger}))).await {
+            Ok(out) => out,
+            Err(b) => {
+                tracing::info!(plugin = %b.plugin, "trigger firing cancelled: {}", b.reason);
+                return None;
+            }
+        };
+        let trigger = out.get("trigger").cloned().unwrap_or(Value::Null);
+        {
+            let mut fired = self.fired.lock().unwrap_or_else(|p| p.into_inner());
+            if fired.len() == FIRED_KEPT {
+                fired.pop_front();
+            }
+            fired.push_back(trigger.clone());
+        }
+        let _ = self.fired_tx.send(trigger.clone());
+        Some(trigger)
+    }
+
+    /// Fires the event triggers listening for `name`, with `payload` added
+    /// as `event_payload`; returns the delivered ones.
+    pub async fn fire_event(&self, name: &str, payload: Value) -> Vec<Value> {
+        let listening: Vec<Map<String, Value>> = self.shared.triggers().event(name).into_iter().cloned().collect();
+        let mut delivered = Vec::new();
+        for mut t in listening {
+            t.insert("event_payload".into(), payload.clone());
+            if let Some(v) = self.fire(t).await {
+                delivered.push(v);
+            }
+        }
+        delivered
+    }
+
+    /// The triggers delivered so far (the last 256), oldest first.
+    pub fn fired(&self) -> Vec<Value> {
+        self.fired.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect()
+    }
+
+    /// Delivered triggers from now on.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Value> {
+        self.fired_tx.subscribe()
+    }
+
+    /// `communicate`: `payload` to plugin `name`; its reply object.
+    ///
+    /// # Errors
+    /// No such plugin, no `communicate` hook, a failed call, or a reply that
+    /// is not a JSON object.
+    pub async fn communicate(&self, name: &str, payload: Value) -> Result<Value, AgentError> {
+        let plugin = self.plugin(name).ok_or_else(|| self.unknown_plugin(name))?;
+        let hook = HookName::Communicate;
+        if !plugin.hooks.contains(&hook) {
+            return Err(AgentError::NoHook { plugin: plugin.name.clone(), hook });
+        }
+        let reply = self
+            .call(&plugin, hook, obj(json!({"payload": payload})))
+            .await
+            .map_err(|error| AgentError::Failed { plugin: plugin.name.clone(), hook, error })?;
+        match reply {
+            Value::Object(_) => Ok(reply),
+            other => Err(AgentError::NotAnObject {
+                plugin: plugin.name.clone(),
+                hook,
+                found: crate::protocol::json_kind(&other),
+            }),
+        }
+    }
+
+    /// `health_check` of every plugin: its reply, `{"status":"ok"}` when it
+    /// has no such hook or answers nothing, `{"status":"error",…}` on failure.
+    pub async fn health(&self) -> Map<String, Value> {
+        let mut all = Map::new();
+        for p in self.plugins().iter() {
+            let status = if p.hooks.contains(&HookName::HealthCheck) {
+                match self.call(p, HookName::HealthCheck, Map::new()).await {
+                    Ok(Value::Object(m)) if m.contains_key("status") => Value::Object(m),
+                    Ok(Value::Null) => json!({"status": "ok"}),
+                    Ok(Value::Object(m)) if m.is_empty() => json!({"status": "ok"}),
+                    Ok(other) => json!({"status": "ok", "reply": other}),
+                    Err(e) => json!({"status": "error", "error": e}),
+                }
+            } else {
+                json!({"status": "ok"})
+            };
+            all.insert(p.name.clone(), status);
+        }
+        all
+    }
+
+    /// Calls `hook` (heartbeat, run_schedule, …) on one plugin, isolated.
+    pub async fn call_one(
+        &self,
+        plugin: &AgentPlugin,
+        hook: HookName,
+        fields: Map<String, Value>,
+    ) -> Result<Value, String> {
+        self.call(plugin, hook, fields).await
+    }
+
+    /// The prompt suffixes, in plugin order.
+    pub fn prompt_suffixes(&self) -> Vec<String> {
+        self.plugins.load().iter().filter_map(|p| p.decl.prompt_suffix.clone()).filter(|s| !s.is_empty()).collect()
+    }
+
+    /// `system_prompt` with every plugin's suffix appended (a blank line
+    /// between each).
+    pub fn with_prompt_suffixes(&self, system_prompt: &str) -> String {
+        let mut out = system_prompt.to_owned();
+        for suffix in self.prompt_suffixes() {
+            if !out.is_empty() {
+                out.push_str("\n\n");
+            }
+            out.push_str(&suffix);
+        }
+        out
+    }
+
+    /// Stops every plugin's workers.
+    pub async fn shutdown(&self) {
+        for p in self.plugins().iter() {
+            p.runner.shutdown().await;
+        }
+    }
+}
+
+fn obj(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+impl HostCalls for AgentEngine {
+    fn config_changed(&self, plugin: &str, change: Change) {
+        let Some(p) = self.plugin(plugin) else { return };
+        if !p.hooks.contains(&HookName::ConfigChanged) {
+            return;
+        }
+        let fields = obj(json!({"key": change.key, "old": change.old, "new": change.new}));
+        // In the background: the plugin that set the value may be busy in the
+        // very call that set it. Calls are in order per set.
+        let metrics = self.metrics.clone();
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let request = HookRequest::Agent(AgentRequest::new(HookName::ConfigChanged, fields));
+                let started = Instant::now();
+                let reply = p.runner.call(&request, &CallOptions::default()).await;
+                let outcome = if reply.is_ok() { CallOutcome::Success } else { CallOutcome::Failure };
+                metrics.record(&p.name, HookName::ConfigChanged, started.elapsed(), outcome);
+                if let Err(e) = reply {
+                    tracing::warn!(plugin = %p.name, "config_changed failed: {e}");
+                }
+            });
+        }
+    }
+
+    fn trigger_append(&self, from: Option<&str>, trigger: Map<String, Value>) -> BoxFuture<'_, Result<Value, String>> {
+        let from = from.map(str::to_owned);
+        Box::pin(async move {
+            match self.chain_except(HookName::TriggerAppend, obj(json!({"trigger": trigger})), from.as_deref()).await {
+                Ok(mut out) => Ok(out.remove("trigger").unwrap_or(Value::Null)),
+                Err(b) => Err(format!("plugin '{}' blocked it: {}", b.plugin, b.reason)),
+            }
+        })
+    }
+
+    fn read_symbolic(&self, owner: &str, path: &str) -> BoxFuture<'_, Result<String, String>> {
+        let (owner, path) = (owner.to_owned(), path.to_owned());
+        Box::pin(async move {
+            let plugin = self.plugin(&owner).ok_or_else(|| format!("the owner '{owner}' of {path} is not loaded"))?;
+            if !plugin.hooks.contains(&HookName::ReadSymbolic) {
+                return Err(format!("plugin '{owner}' owns {path} but has no read_symbolic hook"));
+            }
+            match self.call(&plugin, HookName::ReadSymbolic, obj(json!({"path": path}))).await? {
+                Value::String(s) => Ok(s),
+                Value::Object(m) => match m.get("content") {
+                    Some(Value::String(s)) => Ok(s.clone()),
+                    _ => Err(format!("plugin '{owner}' answered read_symbolic without a `content` string")),
+                },
+                other => Ok(other.to_string()),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::HookError;
+
+    type Answer = dyn Fn(&Map<String, Value>) -> Result<Value, String> + Send + Sync;
+
+    /// A plugin whose every hook answers through `answer`; calls are logged.
+    struct Fake {
+        answer: Box<Answer>,
+        log: Arc<Mutex<Vec<String>>>,
+        name: String,
+    }
+
+    impl Runner for Fake {
+        fn call<'a>(&'a self, request: &'a HookRequest, _: &'a CallOptions) -> BoxFuture<'a, Result<Value, HookError>> {
+            let HookRequest::Agent(r) = request else { panic!("not an agent request") };
+            self.log.lock().unwrap().push(format!("{}:{}", self.name, r.hook));
+            let reply = (self.answer)(&r.fields).map_err(HookError::Worker);
+            Box::pin(async move { reply })
+        }
+    }
+
+    struct Setup {
+        _dir: tempfile::TempDir,
+        engine: Arc<AgentEngine>,
+        log: Arc<Mutex<Vec<String>>>,
+    }
+
+    fn setup(plugins: Vec<(&str, Option<i64>, &[HookName], Box<Answer>)>) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = SharedServices::open(&dir.path().join("agent")).unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let list = plugins
+            .into_iter()
+            .map(|(name, priority, hooks, answer)| {
+                let services =
+                    Arc::new(PluginServices::open(shared.clone(), name, Vec::new(), Default::default()).unwrap());
+                AgentPlugin {
+                    name: name.into(),
+                    version: "1".into(),
+                    order: decision::order_key(PrioritySource::Toml(priority)),
+                    hooks: hooks.iter().copied().collect(),
+                    decl: AgentDecl { priority, ..Default::default() },
+                    runner: Arc::new(Fake { answer, log: log.clone(), name: name.into() }),
+                    services,
+                }
+            })
+            .collect();
+        let engine = AgentEngine::new(list, shared, Arc::default());
+        Setup { _dir: dir, engine, log }
+    }
+
+    const PRE: &[HookName] = &[HookName::ToolCallPre];
+
+    fn append_to_args(tag: &'static str) -> Box<Answer> {
+        Box::new(move |f| {
+            let seen = f["args"]["seen"].as_str().unwrap_or_default();
+            Ok(json!({"action": "replace", "value": {"seen": format!("{seen}{tag}")}}))
+        })
+    }
+
+    #[tokio::test]
+    async fn chain_order_is_by_priority_larger_first_then_name_and_each_sees_the_previous_value() {
+        let s = setup(vec![
+            ("zeta", None, PRE, append_to_args("z")),
+            ("alpha", None, PRE, append_to_args("a")),
+            ("high", Some(10), PRE, append_to_args("h")),
+            ("low", Some(-5), PRE, append_to_args("l")),
+        ]);
+        let args = s.engine.tool_call_pre("a1", "t", json!({})).await.unwrap();
+        assert_eq!(args, json!({"seen": "hazl"}));
+        assert_eq!(
+            *s.log.lock().unwrap(),
+            ["high:tool_call_pre", "alpha:tool_call_pre", "zeta:tool_call_pre", "low:tool_call_pre"]
+        );
+    }
+
+    #[tokio::test]
+    async fn block_stops_the_chain_and_a_failing_plugin_counts_as_pass() {
+        let s = setup(vec![
+            ("a-broken", Some(3), PRE, Box::new(|_| Err("crashed".into()))),
+            ("b-junk", Some(2), PRE, Box::new(|_| Ok(json!({"action": "explode"})))),
+            ("c-rewrite", Some(1), PRE, append_to_args("c")),
+            (
+                "d-block",
+                Some(0),
+                PRE,
+                Box::new(|f| Ok(json!({"action": "block", "reason": format!("no {}", f["args"]["seen"])}))),
+            ),
+            ("e-after", Some(-1), PRE, append_to_args("e")),
+        ]);
+        let blocked = s.engine.tool_call_pre("a1", "shell_exec", json!({})).await.unwrap_err();
+        assert_eq!(blocked, Blocked { plugin: "d-block".into(), reason: "no \"c\"".into() });
+        assert!(!s.log.lock().unwrap().iter().any(|c| c.starts_with("e-after")), "nothing runs after a block");
+        let m = s.engine.metrics().by_plugin();
+        assert_eq!(m["a-broken"]["tool_call_pre"].failures, 1, "the failure is counted");
+    }
+
+    #[tokio::test]
+    async fn a_denied_tool_is_never_called_and_post_rewrites_the_result() {
+        let tools: &[HookName] = &[HookName::CallTool, HookName::ToolCallPre, HookName::ToolCallPost];
+        let s = setup(vec![(
+            "tools",
+            None,
+            tools,
+            Box::new(|f| {
+                Ok(match (f.get("result"), f["args"]["q"].as_str()) {
+                    (Some(r), _) => json!({"action": "replace", "value": format!("{} (checked)", r.as_str().unwrap())}),
+                    (None, Some("bad")) if !f.contains_key("is_error") && f["name"] == "lookup" && f.len() == 3 => {
+                        json!({"action": "block", "reason": "bad query"})
+                    }
+                    (None, q) => json!({"result": format!("found {}", q.unwrap_or("?"))}),
+                })
+            }),
+        )]);
+        let mut plugins = (*s.engine.plugins()).clone();
+        let p = Arc::get_mut(&mut plugins[0]).map(|_| ()).is_none();
+        let _ = p; // the decl is set below through replace
+        let old = s.engine.plugin("tools").unwrap();
+        let decl = AgentDecl {
+            tools: vec![ToolSpec { name: "lookup".into(), description: String::new(), parameters: json!({}) }],
+            ..Default::default()
+        };
+        s.engine
+            .replace(
+                "tools",
+                Some(AgentPlugin {
+                    name: old.name.clone(),
+                    version: old.version.clone(),
+                    order: old.order,
+                    hooks: old.hooks.clone(),
+                    decl,
+                    runner: old.runner.clone(),
+                    services: old.services.clone(),
+                }),
+            )
+            .await;
+        let out = s.engine.call_tool("a1", "lookup", json!({"q": "x"})).await.unwrap();
+        assert_eq!(out, ToolOutcome::Result { result: json!("found x (checked)"), is_error: false });
+        s.log.lock().unwrap().clear();
+        let out = s.engine.call_tool("a1", "lookup", json!({"q": "bad"})).await.unwrap();
+        assert_eq!(out, ToolOutcome::Blocked(Blocked { plugin: "tools".into(), reason: "bad query".into() }));
+        assert_eq!(*s.log.lock().unwrap(), ["tools:tool_call_pre"], "call_tool never ran");
+        let err = s.engine.call_tool("a1", "lookpu", json!({})).await.unwrap_err();
+        assert!(err.to_string().contains("did you mean `lookup`"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn message_hooks_take_faustbot_strings_and_observers_all_run() {
+        let msg: &[HookName] = &[HookName::MessageReceived, HookName::MemoryWritePost];
+        let s = setup(vec![
+            (
+                "a",
+                Some(1),
+                msg,
+                Box::new(|f| Ok(json!(format!("{}!", f.get("text").and_then(Value::as_str).unwrap_or_default())))),
+            ),
+            (
+                "b",
+                Some(0),
+                msg,
+                Box::new(|f| {
+                    Ok(if f.get("text") == Some(&json!("drop!")) { json!("__IGNORED__") } else { Value::Null })
+                }),
+            ),
+        ]);
+        assert_eq!(s.engine.message_received("a1", "hi", "user", json!([])).await.unwrap(), "hi!");
+        assert_eq!(s.engine.message_received("a1", "drop", "user", json!([])).await.unwrap_err().plugin, "b");
+        s.log.lock().unwrap().clear();
+        s.engine.memory_write_post(json!("c"), json!({}), json!("id1")).await;
+        assert_eq!(*s.log.lock().unwrap(), ["a:memory_write_post", "b:memory_write_post"]);
+    }
+
+    #[tokio::test]
+    async fn trigger_append_can_refuse_or_rewrite_and_fire_can_cancel() {
+        let hooks: &[HookName] = &[HookName::TriggerAppend, HookName::TriggerFire];
+        let s = setup(vec![(
+            "filter",
+            None,
+            hooks,
+            Box::new(|f| {
+                let t = &f["trigger"];
+                Ok(if t["id"] == "spam" {
+                    json!({"action": "block", "reason": "no spam"})
+                } else if t.get("seen").is_none() {
+                    let mut t = t.clone();
+                    t["seen"] = json!(true);
+                    json!({"action": "replace", "value": t})
+                } else {
+                    json!({"action": "pass"})
+                })
+            }),
+        )]);
+        let t = |id: &str| obj(json!({"id": id, "type": "event", "event_name": "go"}));
+        assert_eq!(s.engine.create_trigger(t("spam")).await.unwrap().unwrap_err().reason, "no spam");
+        assert!(s.engine.shared().triggers().get("spam").is_none(), "a refused trigger is not stored");
+        assert_eq!(s.engine.create_trigger(t("ok")).await.unwrap(), Ok("ok".into()));
+        assert_eq!(s.engine.shared().triggers().get("ok").unwrap()["seen"], json!(true));
+        let delivered = s.engine.fire_event("go", json!({"n": 1})).await;
+        assert_eq!(delivered.len(), 1);
+        assert_eq!(delivered[0]["event_payload"], json!({"n": 1}));
+        assert_eq!(s.engine.fired().len(), 1);
+    }
+}

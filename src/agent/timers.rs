@@ -1,0 +1,119 @@
+//! The agent engine's clock: one task that, every tick, fires due triggers
+//! (through `trigger_fire`, then to the embedder), drops expired ones, runs
+//! plugins' `[[schedules]]` and sends `heartbeat`s.
+//!
+//! A schedule never overlaps itself: while one run of `(plugin, id)` is in
+//! flight, its next due time is skipped, not queued. Schedules and
+//! heartbeats are read from the current plugin list at every tick, so a
+//! reload or a disable takes effect without restarting anything. The task
+//! holds only a weak reference: it ends when the engine is dropped, or when
+//! [`Timers`] is.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value};
+
+use super::engine::AgentEngine;
+use super::services::now_secs;
+use crate::protocol::HookName;
+
+/// How often the clock looks at triggers and schedules.
+pub const TICK: Duration = Duration::from_millis(200);
+
+/// The default time between heartbeats (`heartbeat_secs`).
+pub const HEARTBEAT_SECS: f64 = 10.0;
+
+/// The running clock; dropping it stops it.
+pub struct Timers {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Timers {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Timers {
+    /// Starts the clock of `engine`, ticking every `tick`, on the current
+    /// tokio runtime.
+    pub fn start(engine: &Arc<AgentEngine>, tick: Duration) -> Timers {
+        let weak = Arc::downgrade(engine);
+        Timers { task: tokio::spawn(run(weak, tick)) }
+    }
+}
+
+#[derive(Default)]
+struct Clock {
+    /// Next due instant per `(plugin, schedule id)`; `""` is the heartbeat.
+    next: BTreeMap<(String, String), Instant>,
+    running: Arc<Mutex<BTreeSet<(String, String)>>>,
+}
+
+async fn run(engine: Weak<AgentEngine>, tick: Duration) {
+    let mut clock = Clock::default();
+    let mut interval = tokio::time::interval(tick);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        interval.tick().await;
+        let Some(engine) = engine.upgrade() else { return };
+        fire_due_triggers(&engine).await;
+        run_due_schedules(&engine, &mut clock);
+    }
+}
+
+async fn fire_due_triggers(engine: &Arc<AgentEngine>) {
+    let due = match engine.shared().triggers().due(now_secs()) {
+        Ok(due) => due,
+        Err(e) => {
+            tracing::warn!("trigger watcher: {e}");
+            return;
+        }
+    };
+    for id in &due.expired {
+        tracing::info!("trigger `{id}` expired (its lifespan ran out) and was removed without firing");
+    }
+    for trigger in due.fire {
+        engine.fire(trigger).await;
+    }
+}
+
+fn run_due_schedules(engine: &Arc<AgentEngine>, clock: &mut Clock) {
+    let now = Instant::now();
+    let mut live = BTreeSet::new();
+    for plugin in engine.plugins().iter() {
+        let mut jobs: Vec<(String, f64, HookName)> = Vec::new();
+        if plugin.hooks.contains(&HookName::RunSchedule) {
+            jobs.extend(plugin.decl.schedules.iter().map(|s| (s.id.clone(), s.interval_secs, HookName::RunSchedule)));
+        }
+        if plugin.hooks.contains(&HookName::Heartbeat) {
+            jobs.push((String::new(), plugin.decl.heartbeat_secs.unwrap_or(HEARTBEAT_SECS), HookName::Heartbeat));
+        }
+        for (id, every, hook) in jobs {
+            let key = (plugin.name.clone(), id.clone());
+            live.insert(key.clone());
+            let every = Duration::from_secs_f64(every.max(0.001));
+            let next = *clock.next.entry(key.clone()).or_insert(now + every);
+            if next > now {
+                continue;
+            }
+            clock.next.insert(key.clone(), now + every);
+            if !clock.running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone()) {
+                tracing::debug!(plugin = %plugin.name, "schedule `{id}` still running; this run is skipped");
+                continue;
+            }
+            let (engine, plugin, running) = (engine.clone(), plugin.clone(), clock.running.clone());
+            tokio::spawn(async move {
+                let mut fields = Map::new();
+                if hook == HookName::RunSchedule {
+                    fields.insert("id".into(), Value::String(id.clone()));
+                }
+                let _ = engine.call_one(&plugin, hook, fields).await;
+                running.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+            });
+        }
+    }
+    clock.next.retain(|k, _| live.contains(k));
+}

@@ -1,0 +1,292 @@
+//! The agent-loop routes (`agent-hooks.md`, "HTTP shapes"): messages and
+//! tools through their interceptor chains, the per-plugin config, the vfs,
+//! triggers, other chain hooks by name, and FaustBot's communicate route.
+//!
+//! Every answer comes from [`AgentEngine`]; this module only maps HTTP onto
+//! it: bodies parsed by [`super::body`], a block is a 403 naming the plugin
+//! and its reason, an unknown name a 404 with a did-you-mean.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use serde_json::{Map, Value, json};
+
+use super::AppState;
+use super::body::{self, JsonReply};
+use crate::agent::engine::{AgentError, Blocked, ToolOutcome, subject};
+use crate::agent::vfs::Read;
+use crate::protocol::HookName;
+
+fn blocked(b: &Blocked) -> JsonReply {
+    JsonReply::with_status(StatusCode::FORBIDDEN, json!({"blocked": b.reason, "plugin": b.plugin}))
+}
+
+fn agent_error(e: AgentError) -> JsonReply {
+    let status = match e {
+        AgentError::UnknownTool { .. } | AgentError::UnknownPlugin { .. } | AgentError::NoHook { .. } => {
+            StatusCode::NOT_FOUND
+        }
+        AgentError::NotAnObject { .. } => StatusCode::BAD_REQUEST,
+        _ => StatusCode::BAD_GATEWAY,
+    };
+    JsonReply::error(status, e.to_string())
+}
+
+/// `POST /api/agents/{agent_id}/messages` `{"text","origin"?,"history"?}`
+/// → `{"text"}` or `{"blocked":true,"plugin","reason"}`.
+pub(crate) async fn message(
+    State(state): State<Arc<AppState>>,
+    Path(agent_id): Path<String>,
+    bytes: Bytes,
+) -> JsonReply {
+    let b = match body::object(&bytes) {
+        Ok(b) => b,
+        Err(reply) => return reply,
+    };
+    let text = match body::optional_str(&b, "text") {
+        Ok(Some(t)) => t.to_owned(),
+        Ok(None) => return JsonReply::bad_request("`text` is required"),
+        Err(reply) => return reply,
+    };
+    let origin = match body::optional_str(&b, "origin") {
+        Ok(o) => o.unwrap_or("user").to_owned(),
+        Err(reply) => return reply,
+    };
+    if !["user", "trigger_foreground", "trigger_background"].contains(&origin.as_str()) {
+        return JsonReply::bad_request(format!(
+            "`origin` must be user, trigger_foreground or trigger_background, not {origin:?}"
+        ));
+    }
+    let history = b.get("history").cloned().unwrap_or(Value::Array(Vec::new()));
+    match state.agent.message_received(&agent_id, &text, &origin, history).await {
+        Ok(text) => JsonReply::ok(json!({"text": text})),
+        Err(b) => JsonReply::ok(json!({"blocked": true, "plugin": b.plugin, "reason": b.reason})),
+    }
+}
+
+/// `GET /api/tools` → `[{"plugin","name","description","parameters"}]`.
+pub(crate) async fn tools(State(state): State<Arc<AppState>>) -> JsonReply {
+    let list: Vec<Value> = state
+        .agent
+        .tools()
+        .into_iter()
+        .map(|(plugin, t)| json!({"plugin": plugin, "name": t.name, "description": t.description, "parameters": t.parameters}))
+        .collect();
+    JsonReply::ok(Value::Array(list))
+}
+
+/// `POST /api/agents/{agent_id}/tools/{name}` `{"args"}` → `{"result"}`
+/// (`"is_error": true` when the tool failed) or 403 `{"blocked"}`.
+pub(crate) async fn call_tool(
+    State(state): State<Arc<AppState>>,
+    Path((agent_id, name)): Path<(String, String)>,
+    bytes: Bytes,
+) -> JsonReply {
+    let b = match body::object(&bytes) {
+        Ok(b) => b,
+        Err(reply) => return reply,
+    };
+    let args = b.get("args").cloned().unwrap_or(Value::Object(Map::new()));
+    match state.agent.call_tool(&agent_id, &name, args).await {
+        Ok(ToolOutcome::Result { result, is_error }) => {
+            let mut reply = json!({"result": result});
+            if is_error {
+                reply["is_error"] = Value::Bool(true);
+            }
+            JsonReply::ok(reply)
+        }
+        Ok(ToolOutcome::Blocked(b)) => blocked(&b),
+        Err(e) => agent_error(e),
+    }
+}
+
+/// `POST /api/agent-hooks/{hook}`: runs one chain hook (its request fields
+/// as the body) → `{"value": <the hook's subject after the chain>}` or 403;
+/// an observer hook → `{}` after every plugin saw it.
+pub(crate) async fn chain(State(state): State<Arc<AppState>>, Path(hook): Path<String>, bytes: Bytes) -> JsonReply {
+    let chains: Vec<HookName> =
+        HookName::AGENT.into_iter().filter(|h| subject(*h).is_some() || *h == HookName::MemoryWritePost).collect();
+    let Some(hook) = hook.parse::<HookName>().ok().filter(|h| chains.contains(h)) else {
+        let hint = crate::hint::did_you_mean(&hook, chains.iter().map(|h| h.as_str()));
+        let names: Vec<&str> = chains.iter().map(|h| h.as_str()).collect();
+        return JsonReply::with_status(
+            StatusCode::NOT_FOUND,
+            json!({"error": format!("`{hook}` is not a chain hook{hint}"), "hooks": names}),
+        );
+    };
+    let fields = match body::object(&bytes) {
+        Ok(b) => b,
+        Err(reply) => return reply,
+    };
+    let Some(key) = subject(hook) else {
+        state.agent.observe(hook, fields).await;
+        return JsonReply::ok(json!({}));
+    };
+    match state.agent.chain(hook, fields).await {
+        Ok(mut out) => JsonReply::ok(json!({"value": out.remove(key).unwrap_or(Value::Null)})),
+        Err(b) => blocked(&b),
+    }
+}
+
+/// `GET /api/plugins/{name}/config` → `{"schema","values"}`.
+pub(crate) async fn get_config(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> JsonReply {
+    match state.agent.plugin(&name) {
+        Some(p) => JsonReply::ok(p.services.config_snapshot()),
+        None => unknown_plugin(&state, &name),
+    }
+}
+
+/// `PUT /api/plugins/{name}/config` `{"values":{…}}` → the coerced values;
+/// 400 naming the key and the type it expects (nothing is set then).
+pub(crate) async fn put_config(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    bytes: Bytes,
+) -> JsonReply {
+    let Some(plugin) = state.agent.plugin(&name) else { return unknown_plugin(&state, &name) };
+    let b = match body::object(&bytes) {
+        Ok(b) => b,
+        Err(reply) => return reply,
+    };
+    let values = match b.get("values") {
+        Some(Value::Object(v)) => v.clone(),
+        Some(other) => {
+            return JsonReply::bad_request(format!("`values` must be an object, not {}", body::type_name(other)));
+        }
+        None => return JsonReply::bad_request("`values` is required: {\"values\": {\"KEY\": value}}"),
+    };
+    match plugin.services.set_config(&values) {
+        Ok(values) => JsonReply::ok(json!({"values": values})),
+        Err(e) if e.code == crate::agent::services::code::INVALID_PARAMS => JsonReply::bad_request(e.message),
+        Err(e) => JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, e.message),
+    }
+}
+
+fn unknown_plugin(state: &AppState, name: &str) -> JsonReply {
+    let plugins = state.agent.plugins();
+    let hint = crate::hint::did_you_mean(name, plugins.iter().map(|p| p.name.as_str()));
+    JsonReply::error(StatusCode::NOT_FOUND, format!("no plugin '{name}' in the agent loop{hint}"))
+}
+
+#[derive(serde::Deserialize)]
+pub(crate) struct VfsQuery {
+    #[serde(default)]
+    path: Option<String>,
+}
+
+/// `GET /api/vfs?path=/a/b` → `{"path","content"}` (symbolic nodes computed
+/// by their plugin), `{"path","children"}`, or 404.
+pub(crate) async fn vfs(State(state): State<Arc<AppState>>, Query(q): Query<VfsQuery>) -> JsonReply {
+    let path = crate::agent::vfs::normalize(q.path.as_deref().unwrap_or("/"));
+    match state.agent.shared().read_vfs(&path).await {
+        Ok(Some(Read::Text(content))) => JsonReply::ok(json!({"path": path, "content": content})),
+        Ok(Some(Read::Directory(children))) => JsonReply::ok(json!({"path": path, "children": children})),
+        Ok(Some(Read::Symbolic { .. })) | Ok(Some(Read::Missing)) | Ok(None) => {
+            JsonReply::error(StatusCode::NOT_FOUND, format!("nothing at {path}"))
+        }
+        Err(e) => JsonReply::error(StatusCode::BAD_GATEWAY, e.message),
+    }
+}
+
+/// `GET /api/triggers`: every trigger, highest priority first.
+pub(crate) async fn list_triggers(State(state): State<Arc<AppState>>) -> JsonReply {
+    let list: Vec<Value> = state.agent.shared().triggers().list().into_iter().cloned().map(Value::Object).collect();
+    JsonReply::ok(Value::Array(list))
+}
+
+/// `POST /api/triggers`: upsert by `id`, through `trigger_append` (403
+/// when a plugin refuses it).
+pub(crate) async fn create_trigger(State(state): State<Arc<AppState>>, bytes: Bytes) -> JsonReply {
+    let trigger = match body::object(&bytes) {
+        Ok(b) => b,
+        Err(reply) => return reply,
+    };
+    match state.agent.create_trigger(trigger).await {
+        Ok(Ok(id)) => match state.agent.shared().triggers().get(&id) {
+            Some(t) => JsonReply::with_status(StatusCode::CREATED, Value::Object(t.clone())),
+            None => JsonReply::with_status(StatusCode::CREATED, json!({"id": id})),
+        },
+        Ok(Err(b)) => blocked(&b),
+        Err(e) => JsonReply::bad_request(e.message),
+    }
+}
+
+/// `GET /api/triggers/{id}`.
+pub(crate) async fn get_trigger(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> JsonReply {
+    match state.agent.shared().triggers().get(&id) {
+        Some(t) => JsonReply::ok(Value::Object(t.clone())),
+        None => JsonReply::error(StatusCode::NOT_FOUND, format!("no trigger `{id}`")),
+    }
+}
+
+/// `PATCH /api/triggers/{id}`: merges the body into the trigger (RFC 7396).
+pub(crate) async fn patch_trigger(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> JsonReply {
+    let patch = match body::object(&bytes) {
+        Ok(b) => b,
+        Err(reply) => return reply,
+    };
+    let mut triggers = state.agent.shared().triggers();
+    if triggers.get(&id).is_none() {
+        return JsonReply::error(StatusCode::NOT_FOUND, format!("no trigger `{id}`"));
+    }
+    match triggers.update(&id, &patch) {
+        Ok(t) => JsonReply::ok(Value::Object(t.clone())),
+        Err(e) => JsonReply::bad_request(e.to_string()),
+    }
+}
+
+/// `DELETE /api/triggers/{id}` → `{"deleted": true}`, or 404.
+pub(crate) async fn delete_trigger(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> JsonReply {
+    match state.agent.shared().triggers().delete(&id) {
+        Ok(true) => JsonReply::ok(json!({"deleted": true})),
+        Ok(false) => JsonReply::error(StatusCode::NOT_FOUND, format!("no trigger `{id}`")),
+        Err(e) => JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// `GET /api/triggers/fired`: the triggers delivered so far (last 256).
+pub(crate) async fn fired(State(state): State<Arc<AppState>>) -> JsonReply {
+    JsonReply::ok(Value::Array(state.agent.fired()))
+}
+
+/// `POST /api/events/{name}` (body: the payload) → the event triggers it
+/// fired.
+pub(crate) async fn event(State(state): State<Arc<AppState>>, Path(name): Path<String>, bytes: Bytes) -> JsonReply {
+    let payload = match body::object(&bytes) {
+        Ok(b) => Value::Object(b),
+        Err(reply) => return reply,
+    };
+    JsonReply::ok(json!({"fired": state.agent.fire_event(&name, payload).await}))
+}
+
+/// `GET /api/agent/health`: each agent-loop plugin's `health_check`.
+pub(crate) async fn health(State(state): State<Arc<AppState>>) -> JsonReply {
+    JsonReply::ok(Value::Object(state.agent.health().await))
+}
+
+/// `POST /faust/plugins/{id}/communicate` (FaustBot's route): the body is
+/// the payload; the plugin's reply object is the answer. 404 unknown, 503
+/// disabled, 400 when the plugin answers something that is not an object.
+pub(crate) async fn communicate(State(state): State<Arc<AppState>>, Path(id): Path<String>, bytes: Bytes) -> JsonReply {
+    let payload = match body::object(&bytes) {
+        Ok(b) => Value::Object(b),
+        Err(reply) => return reply,
+    };
+    let installed = crate::manifest::validate_name(&id).is_ok() && state.home.plugins_dir().join(&id).is_dir();
+    if installed && !crate::registry::is_enabled(&state.home, &id) {
+        return JsonReply::error(StatusCode::SERVICE_UNAVAILABLE, format!("plugin '{id}' is disabled"));
+    }
+    if state.agent.plugin(&id).is_none() {
+        return unknown_plugin(&state, &id);
+    }
+    match state.agent.communicate(&id, payload).await {
+        Ok(reply) => JsonReply::ok(reply),
+        Err(e) => agent_error(e),
+    }
+}
