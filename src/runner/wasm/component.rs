@@ -10,24 +10,38 @@
 //! `host` interface of the world: log, config, per-plugin storage (a cap-std
 //! `Dir` on the plugin's data dir; keys become hex file names, so no key can
 //! name a path), events.
+//!
+//! Two worlds load here: `context-plugin` (the context hooks) and
+//! `agent-plugin` (also the `agent` export — `describe-agent` at load,
+//! `handle` per agent-loop hook — and the `services` import). The linker
+//! always provides `services`; each call goes to the attached
+//! [`PluginServices`] through its dispatcher, with the agent of the current
+//! request. A service call never outlives the call's deadline, and never
+//! panics or blocks a runtime worker: component calls run on the blocking
+//! pool. This module never decides what an agent-loop reply means (that is
+//! `agent::decision`): it only checks that it is JSON.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwapOption;
 use serde_json::{Map, Value};
-use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::component::{Component, HasSelf, Instance, InstancePre, Linker, ResourceTable};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits, StoreLimitsBuilder, Trap,
 };
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+use super::bindings::agent::ctxhost::plugin::services;
+use super::bindings::agent::exports::ctxhost::plugin::agent::GuestIndices as AgentIndices;
 use super::bindings::ctxhost::plugin::{host, types as wit};
-use super::bindings::{ContextPlugin, ContextPluginPre};
+use super::bindings::{ContextPlugin, ContextPluginIndices};
 use super::convert;
-use crate::manifest::{DirGrant, DirMode};
+use crate::agent::services::{CallContext, PluginServices};
+use crate::manifest::{AgentDecl, DirGrant, DirMode};
 use crate::protocol::{HookName, HookRequest};
 use crate::runner::HookError;
 
@@ -124,6 +138,181 @@ pub struct State {
     plugin: String,
     config: Map<String, Value>,
     data_dir: PathBuf,
+    /// The host services of the `services` import, for this call.
+    services: ServiceCall,
+}
+
+/// What a `services` import needs during one call: the plugin's services
+/// (the ones attached when the call started), the call's agent, the tokio
+/// runtime to finish a dispatch that has to wait, and the call's deadline.
+struct ServiceCall {
+    services: Option<Arc<PluginServices>>,
+    context: CallContext,
+    runtime: Option<tokio::runtime::Handle>,
+    deadline: Instant,
+}
+
+/// Why a service import failed without reaching a service.
+const NO_SERVICES: &str = "no host services are attached to this plugin";
+
+impl ServiceCall {
+    /// One dispatcher call, its JSON result or the refusal's text.
+    ///
+    /// Most service calls finish without waiting (their stores are in
+    /// memory behind short locks), so the future is polled once first; one
+    /// that waits (a symbolic read or a `trigger_append` chain running other
+    /// plugins) is finished on the captured runtime, bounded by the call's
+    /// deadline. This runs on a blocking-pool thread (or the caller's own,
+    /// for `call_sync`), never on a runtime worker.
+    fn dispatch(&self, method: &str, params: Value) -> Result<Value, String> {
+        use std::future::Future;
+        use std::task::{Context, Poll, Waker};
+        let Some(services) = self.services.clone() else { return Err(NO_SERVICES.to_owned()) };
+        let context = self.context.clone();
+        let mut call = Box::pin(async move { services.dispatch(method, params, &context).await });
+        let first = {
+            let _entered = self.runtime.as_ref().map(tokio::runtime::Handle::enter);
+            call.as_mut().poll(&mut Context::from_waker(Waker::noop()))
+        };
+        let result = match first {
+            Poll::Ready(r) => r,
+            Poll::Pending => {
+                let left = self.deadline.saturating_duration_since(Instant::now());
+                let bounded = async move { tokio::time::timeout(left, call).await };
+                let finished = match &self.runtime {
+                    Some(rt) => rt.block_on(bounded),
+                    None => tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| format!("cannot run the service call: {e}"))?
+                        .block_on(bounded),
+                };
+                finished.map_err(|_| format!("the service call `{method}` outlived the hook's deadline"))?
+            }
+        };
+        result.map_err(|e| e.message)
+    }
+
+    /// [`ServiceCall::dispatch`] with a JSON text result.
+    fn text(&self, method: &str, params: Value) -> Result<String, String> {
+        self.dispatch(method, params).map(|v| v.to_string())
+    }
+
+    /// [`ServiceCall::dispatch`] where `null` means "nothing there".
+    fn optional_text(&self, method: &str, params: Value) -> Result<Option<String>, String> {
+        self.dispatch(method, params).map(|v| if v.is_null() { None } else { Some(v.to_string()) })
+    }
+}
+
+/// JSON text from a guest, or the refusal naming the parameter.
+fn json_param(name: &str, text: &str) -> Result<Value, String> {
+    serde_json::from_str(text).map_err(|e| format!("`{name}` is not JSON text: {e}"))
+}
+
+fn scope_name(scope: services::Scope) -> &'static str {
+    match scope {
+        services::Scope::Global => "global",
+        services::Scope::Session => "session",
+    }
+}
+
+impl services::Host for State {
+    fn config_get(&mut self, key: String, default_json: Option<String>) -> Result<String, String> {
+        let default = default_json.as_deref().map(|d| json_param("default-json", d)).transpose()?;
+        let mut params = serde_json::json!({"key": key});
+        if let Some(d) = default {
+            params["default"] = d;
+        }
+        self.services.text("config.get", params)
+    }
+
+    fn config_set(&mut self, key: String, value_json: String) -> Result<String, String> {
+        let value = json_param("value-json", &value_json)?;
+        self.services.text("config.set", serde_json::json!({"key": key, "value": value}))
+    }
+
+    fn config_list(&mut self) -> Result<String, String> {
+        self.services.text("config.list", Value::Null)
+    }
+
+    fn config_register(&mut self, schema_json: String) -> Result<String, String> {
+        let schema = json_param("schema-json", &schema_json)?;
+        self.services.text("config.register", serde_json::json!({"schema": schema}))
+    }
+
+    fn vfs_read(&mut self, path: String) -> Result<Option<String>, String> {
+        match self.services.dispatch("vfs.read", serde_json::json!({"path": path}))? {
+            Value::String(text) => Ok(Some(text)),
+            _ => Ok(None),
+        }
+    }
+
+    fn vfs_write(&mut self, path: String, content: String) -> Result<String, String> {
+        let written = self.services.dispatch("vfs.write", serde_json::json!({"path": path, "content": content}))?;
+        Ok(written.as_str().map_or_else(|| written.to_string(), str::to_owned))
+    }
+
+    fn vfs_write_symbolic(&mut self, path: String, searchable: bool) -> Result<String, String> {
+        let params = serde_json::json!({"path": path, "searchable": searchable});
+        let written = self.services.dispatch("vfs.write_symbolic", params)?;
+        Ok(written.as_str().map_or_else(|| written.to_string(), str::to_owned))
+    }
+
+    fn vfs_delete(&mut self, path: String) -> Result<bool, String> {
+        Ok(self.services.dispatch("vfs.delete", serde_json::json!({"path": path}))?.as_bool().unwrap_or(false))
+    }
+
+    fn vfs_list(&mut self, path: String) -> Result<Vec<String>, String> {
+        let children = self.services.dispatch("vfs.list", serde_json::json!({"path": path}))?;
+        Ok(children.as_array().into_iter().flatten().filter_map(|c| c.as_str().map(str::to_owned)).collect())
+    }
+
+    fn trigger_create(&mut self, trigger_json: String) -> Result<String, String> {
+        let trigger = json_param("trigger-json", &trigger_json)?;
+        if !trigger.is_object() {
+            return Err("`trigger-json` must be a JSON object".to_owned());
+        }
+        let id = self.services.dispatch("trigger.create", serde_json::json!({"trigger": trigger}))?;
+        Ok(id.as_str().map_or_else(|| id.to_string(), str::to_owned))
+    }
+
+    fn trigger_get(&mut self, id: String) -> Result<Option<String>, String> {
+        self.services.optional_text("trigger.get", serde_json::json!({"id": id}))
+    }
+
+    fn trigger_list(&mut self) -> Result<Vec<String>, String> {
+        let all = self.services.dispatch("trigger.list", Value::Null)?;
+        Ok(all.as_array().into_iter().flatten().map(Value::to_string).collect())
+    }
+
+    fn trigger_update(&mut self, id: String, patch_json: String) -> Result<String, String> {
+        let patch = json_param("patch-json", &patch_json)?;
+        self.services.text("trigger.update", serde_json::json!({"id": id, "patch": patch}))
+    }
+
+    fn trigger_delete(&mut self, id: String) -> Result<bool, String> {
+        Ok(self.services.dispatch("trigger.delete", serde_json::json!({"id": id}))?.as_bool().unwrap_or(false))
+    }
+
+    fn storage_get(&mut self, scope: services::Scope, key: String) -> Result<Option<String>, String> {
+        self.services.optional_text("storage.get", serde_json::json!({"scope": scope_name(scope), "key": key}))
+    }
+
+    fn storage_set(&mut self, scope: services::Scope, key: String, value_json: String) -> Result<(), String> {
+        let value = json_param("value-json", &value_json)?;
+        let params = serde_json::json!({"scope": scope_name(scope), "key": key, "value": value});
+        self.services.dispatch("storage.set", params).map(drop)
+    }
+
+    fn storage_delete(&mut self, scope: services::Scope, key: String) -> Result<bool, String> {
+        let params = serde_json::json!({"scope": scope_name(scope), "key": key});
+        Ok(self.services.dispatch("storage.delete", params)?.as_bool().unwrap_or(false))
+    }
+
+    fn log(&mut self, level: host::Level, message: String) {
+        // The same line as `host.log`: it needs no attached services.
+        host::Host::log(self, level, message);
+    }
 }
 
 impl WasiView for State {
@@ -186,12 +375,71 @@ impl host::Host for State {
 /// A loaded component plugin.
 pub struct ComponentRunner {
     name: String,
-    pre: ContextPluginPre<State>,
+    pre: InstancePre<State>,
+    context: ContextPluginIndices,
+    /// Present when the component exports the `agent` interface.
+    agent: Option<AgentExport>,
+    /// Context hooks (`describe`) and agent-loop hooks (`describe-agent`).
     hooks: BTreeSet<HookName>,
     limits: Limits,
     config: Map<String, Value>,
     data_dir: PathBuf,
     from_cache: bool,
+    /// The host services of the `services` import; the last attached wins.
+    services: ArcSwapOption<PluginServices>,
+}
+
+/// The `agent` export of an `agent-plugin` component.
+struct AgentExport {
+    indices: AgentIndices,
+    decl: AgentDecl,
+}
+
+/// The interface a component exports to take part in the agent loop.
+const AGENT_EXPORT: &str = "ctxhost:plugin/agent@0.1.0";
+
+/// The per-call context of [`ComponentRunner::call_in`]: the request's agent
+/// and the runtime a waiting service call finishes on.
+#[derive(Default)]
+struct CallEnv {
+    agent_id: Option<String>,
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+/// Reads `describe-agent`'s JSON: the agent-loop hooks it lists and the
+/// declarations [`AgentDecl::from_json`] reads.
+fn read_describe_agent(text: &str) -> Result<(BTreeSet<HookName>, AgentDecl), String> {
+    let value: Value = serde_json::from_str(text).map_err(|e| format!("its describe-agent reply is not JSON: {e}"))?;
+    if !value.is_object() {
+        return Err(format!(
+            "its describe-agent reply must be a JSON object, not {}",
+            crate::protocol::json_kind(&value)
+        ));
+    }
+    let mut hooks = BTreeSet::new();
+    match value.get("hooks") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(names)) => {
+            for name in names {
+                let Some(name) = name.as_str() else {
+                    return Err(format!("its describe-agent `hooks` must list hook names, not {name}"));
+                };
+                let hook: HookName = name.parse().map_err(|_| {
+                    let hint = crate::hint::did_you_mean(name, HookName::AGENT.iter().map(|h| h.as_str()));
+                    format!("its describe-agent `hooks` lists `{name}`, which is not an agent-loop hook{hint}")
+                })?;
+                if !HookName::AGENT.contains(&hook) {
+                    return Err(format!(
+                        "its describe-agent `hooks` lists `{name}`, a context hook: context hooks are listed by `describe`"
+                    ));
+                }
+                hooks.insert(hook);
+            }
+        }
+        Some(other) => return Err(format!("its describe-agent `hooks` must be a list, not {other}")),
+    }
+    let decl = AgentDecl::from_json(&value).map_err(|e| format!("its describe-agent reply: {e}"))?;
+    Ok((hooks, decl))
 }
 
 fn hook_of(h: wit::Hook) -> HookName {
@@ -247,22 +495,51 @@ impl ComponentRunner {
         let mut linker: Linker<State> = Linker::new(engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| fail(e.to_string()))?;
         ContextPlugin::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s).map_err(|e| fail(e.to_string()))?;
+        services::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s).map_err(|e| fail(e.to_string()))?;
         let pre = linker.instantiate_pre(&component).map_err(|e| fail(describe_link_error(&e)))?;
-        let pre =
-            ContextPluginPre::new(pre).map_err(|e| fail(format!("does not implement ctxhost:plugin@0.1.0: {e:#}")))?;
+        let context = ContextPluginIndices::new(&pre)
+            .map_err(|e| fail(format!("does not implement ctxhost:plugin@0.1.0: {e:#}")))?;
+        let agent = match component.get_export_index(None, AGENT_EXPORT) {
+            None => None,
+            Some(_) => Some(AgentIndices::new(&pre).map_err(|e| {
+                fail(format!("exports `{AGENT_EXPORT}` but not as the world agent-plugin defines it: {e:#}"))
+            })?),
+        };
         let mut runner = ComponentRunner {
             name: name.to_owned(),
             pre,
+            context,
+            agent: None,
             hooks: BTreeSet::new(),
             limits,
             config,
             data_dir,
             from_cache,
+            services: ArcSwapOption::empty(),
         };
-        let description =
-            runner.with_instance(runner.limits.timeout_ms, |plugin, store| plugin.call_describe(store))?;
+        let timeout_ms = runner.limits.timeout_ms;
+        let description = runner.with_context(timeout_ms, CallEnv::default(), |p, s| p.call_describe(s))?;
         runner.hooks = description.hooks.into_iter().map(hook_of).collect();
+        if let Some(indices) = agent {
+            let text = runner.with_instance(timeout_ms, CallEnv::default(), |instance, store| {
+                indices.load(&mut *store, instance)?.call_describe_agent(store)
+            })?;
+            let (hooks, decl) = read_describe_agent(&text).map_err(|m| fail(format!("plugin '{name}': {m}")))?;
+            runner.hooks.extend(hooks);
+            runner.agent = Some(AgentExport { indices, decl });
+        }
         Ok(runner)
+    }
+
+    /// Attaches the host services the `services` import reaches; the last
+    /// attached wins. Calls already running keep the ones they started with.
+    pub fn attach_services(&self, services: Arc<PluginServices>) {
+        self.services.store(Some(services));
+    }
+
+    /// Whether the component exports the `agent` interface.
+    pub fn is_agent_plugin(&self) -> bool {
+        self.agent.is_some()
     }
 
     /// Whether the compiled code came from the `.cwasm` cache.
@@ -276,12 +553,12 @@ impl ComponentRunner {
     }
 
     /// What the component declares for the agent loop (`describe-agent`),
-    /// when it exports the agent interface. (Not yet: issue 7 in progress.)
-    pub fn agent_decl(&self) -> Option<&crate::manifest::AgentDecl> {
-        None
+    /// when it exports the agent interface.
+    pub fn agent_decl(&self) -> Option<&AgentDecl> {
+        self.agent.as_ref().map(|a| &a.decl)
     }
 
-    fn store(&self, timeout_ms: u64) -> Result<(Store<State>, GuestOutput), HookError> {
+    fn store(&self, timeout_ms: u64, env: CallEnv) -> Result<(Store<State>, GuestOutput), HookError> {
         let output =
             GuestOutput { stdout: MemoryOutputPipe::new(STDERR_CAP), stderr: MemoryOutputPipe::new(STDERR_CAP) };
         let mut wasi = WasiCtxBuilder::new();
@@ -313,6 +590,12 @@ impl ComponentRunner {
             plugin: self.name.clone(),
             config: self.config.clone(),
             data_dir: self.data_dir.clone(),
+            services: ServiceCall {
+                services: self.services.load_full(),
+                context: CallContext { agent_id: env.agent_id },
+                runtime: env.runtime,
+                deadline: Instant::now() + Duration::from_millis(timeout_ms.max(1)),
+            },
         };
         let mut store = Store::new(self.pre.engine(), state);
         store.limiter(|s| &mut s.limits);
@@ -327,14 +610,28 @@ impl ComponentRunner {
     fn with_instance<T>(
         &self,
         timeout_ms: u64,
-        f: impl FnOnce(&ContextPlugin, &mut Store<State>) -> wasmtime::Result<T>,
+        env: CallEnv,
+        f: impl FnOnce(&Instance, &mut Store<State>) -> wasmtime::Result<T>,
     ) -> Result<T, HookError> {
-        let (mut store, output) = self.store(timeout_ms)?;
-        let result = self.pre.instantiate(&mut store).and_then(|plugin| f(&plugin, &mut store));
+        let (mut store, output) = self.store(timeout_ms, env)?;
+        let result = self.pre.instantiate(&mut store).and_then(|instance| f(&instance, &mut store));
         output.log(&self.name);
         result.map_err(|e| {
             let used = self.limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
             HookError::Component(explain_trap(&e, used, timeout_ms, self.limits.memory_mb, &output.stderr))
+        })
+    }
+
+    /// [`ComponentRunner::with_instance`] with the context-plugin exports.
+    fn with_context<T>(
+        &self,
+        timeout_ms: u64,
+        env: CallEnv,
+        f: impl FnOnce(&ContextPlugin, &mut Store<State>) -> wasmtime::Result<T>,
+    ) -> Result<T, HookError> {
+        self.with_instance(timeout_ms, env, |instance, store| {
+            let plugin = self.context.load(&mut *store, instance)?;
+            f(&plugin, store)
         })
     }
 
@@ -347,14 +644,26 @@ impl ComponentRunner {
 
     /// [`ComponentRunner::call_sync`] with another deadline.
     pub fn call_with_timeout(&self, request: &HookRequest, timeout_ms: u64) -> Result<Value, HookError> {
+        self.call_in(request, timeout_ms, tokio::runtime::Handle::try_current().ok())
+    }
+
+    /// One call; a service call that has to wait finishes on `runtime` (the
+    /// caller's, captured before moving to the blocking pool).
+    fn call_in(
+        &self,
+        request: &HookRequest,
+        timeout_ms: u64,
+        runtime: Option<tokio::runtime::Handle>,
+    ) -> Result<Value, HookError> {
         use serde_json::json;
+        let env = || CallEnv { agent_id: request.agent_id().map(str::to_owned), runtime: runtime.clone() };
         let failed = |e: wit::HookError| match e {
             wit::HookError::NotImplemented => None,
             wit::HookError::Failed(m) => Some(HookError::Component(format!("the plugin failed: {m}"))),
         };
         macro_rules! answer {
             ($call:expr, $ok:expr, $neutral:expr) => {
-                match self.with_instance(timeout_ms, $call)? {
+                match self.with_context(timeout_ms, env(), $call)? {
                     Ok(v) => Ok($ok(v)),
                     Err(e) => match failed(e) {
                         Some(err) => Err(err),
@@ -450,9 +759,43 @@ impl ComponentRunner {
                 }
             }
             HookRequest::OnEvent(_) => Ok(json!({"type": "ok"})),
-            HookRequest::Agent(r) => {
-                Err(HookError::Unsupported(format!("component plugins do not run agent-loop hooks yet (`{}`)", r.hook)))
-            }
+            HookRequest::Agent(r) => self.call_agent(r, timeout_ms, env()),
+        }
+    }
+
+    /// An agent-loop hook through the `agent` export's `handle`: the request
+    /// as its JSON line, the reply JSON text parsed.
+    fn call_agent(
+        &self,
+        request: &crate::protocol::AgentRequest,
+        timeout_ms: u64,
+        env: CallEnv,
+    ) -> Result<Value, HookError> {
+        let hook = request.hook;
+        let Some(agent) = &self.agent else {
+            return Err(HookError::Unsupported(format!(
+                "plugin '{}' is a context-only component (world `context-plugin`): it has no agent-loop hooks, \
+                 so it cannot run `{hook}`; export `{AGENT_EXPORT}` (world `agent-plugin`) for them",
+                self.name
+            )));
+        };
+        if !self.hooks.contains(&hook) {
+            return Err(HookError::not_declared(&self.name, hook, self.hooks.iter().copied()));
+        }
+        let line = serde_json::to_string(&HookRequest::Agent(request.clone()))
+            .map_err(|e| HookError::Component(format!("cannot serialise the `{hook}` request: {e}")))?;
+        let reply = self.with_instance(timeout_ms, env, |instance, store| {
+            agent.indices.load(&mut *store, instance)?.call_handle(store, hook.as_str(), &line)
+        })?;
+        match reply {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| {
+                HookError::Component(format!(
+                    "'{}' answered `{hook}` with text that is not JSON ({e}): {text:.200}",
+                    self.name
+                ))
+            }),
+            Err(wit::HookError::NotImplemented) => Ok(serde_json::json!({"action": "pass"})),
+            Err(wit::HookError::Failed(m)) => Err(HookError::Component(format!("the plugin failed: {m}"))),
         }
     }
 }
@@ -544,7 +887,8 @@ fn check_world_version(component: &Component, engine: &Engine) -> Result<(), Str
 
 fn describe_link_error(e: &wasmtime::Error) -> String {
     format!(
-        "imports something ctxhost does not provide (only WASI without network, and ctxhost:plugin/host@0.1.0): {e:#}"
+        "imports something ctxhost does not provide (only WASI without network, ctxhost:plugin/host@0.1.0 and \
+         ctxhost:plugin/services@0.1.0): {e:#}"
     )
 }
 
@@ -603,7 +947,12 @@ impl crate::runner::Runner for ComponentHandle {
             }
             let timeout_ms = super::call_timeout_ms(options, self.0.limits.timeout_ms);
             let (runner, request) = (self.0.clone(), request.clone());
-            super::on_blocking_pool(move || runner.call_with_timeout(&request, timeout_ms)).await
+            let runtime = tokio::runtime::Handle::current();
+            super::on_blocking_pool(move || runner.call_in(&request, timeout_ms, Some(runtime))).await
         })
+    }
+
+    fn attach_services(&self, services: Arc<PluginServices>) {
+        self.0.attach_services(services);
     }
 }
