@@ -8,6 +8,11 @@
 //! what needs a process of its own to count (fds, children) runs against a
 //! `ctxhost serve` child. Plugin names are unique per test: worker events
 //! are counted per plugin name, process-wide.
+//!
+//! `rpc` (tests/workers/rpc.rs): `worker_protocol = "jsonrpc"`, its clients
+//! and the guard examples.
+
+mod rpc;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
