@@ -14,10 +14,12 @@
 //! - `scaffold`: `ctxhost new` for every runtime, each template run as generated.
 //! - `plugins`: `ctxhost plugin list|install|remove|enable|disable|grant`.
 //! - `sandbox`: the script sandbox (Landlock, network namespace, cgroup limits), as root and unprivileged.
+//! - `agent`: the agent loop (agent-hooks.md): the guard three ways, combine rules, config, triggers, schedules.
 //! - `workers`: persistent workers: examples in both modes, faults, respawn and retry, leaks, reload.
 
 mod util;
 
+mod agent;
 mod cli;
 mod env;
 mod launchers;

@@ -115,6 +115,10 @@ pub struct AgentEngine {
     /// Triggers fired (after `trigger_fire`), oldest first, for the embedder.
     fired: Mutex<std::collections::VecDeque<Value>>,
     fired_tx: tokio::sync::broadcast::Sender<Value>,
+    /// Per plugin, the queue its `config_changed` calls go through, one at a
+    /// time and in the order of the sets.
+    me: std::sync::Weak<AgentEngine>,
+    config_queues: Mutex<std::collections::HashMap<String, tokio::sync::mpsc::UnboundedSender<Map<String, Value>>>>,
 }
 
 /// How many fired triggers are kept for `fired()`.
@@ -156,12 +160,14 @@ impl AgentEngine {
             }
         }
         let (fired_tx, _) = tokio::sync::broadcast::channel(FIRED_KEPT);
-        let engine = Arc::new(AgentEngine {
+        let engine = Arc::new_cyclic(|me| AgentEngine {
+            me: me.clone(),
             plugins: arc_swap::ArcSwap::from_pointee(plugins.into_iter().map(Arc::new).collect()),
             shared: shared.clone(),
             metrics,
             fired: Mutex::new(Default::default()),
             fired_tx,
+            config_queues: Mutex::new(Default::default()),
         });
         let weak: std::sync::Weak<dyn HostCalls> = Arc::downgrade(&(engine.clone() as Arc<dyn HostCalls>));
         shared.connect(weak);
@@ -245,14 +251,33 @@ impl AgentEngine {
 
     /// One plugin call, timed and counted; a failure is `Err(text)`.
     async fn call(&self, plugin: &AgentPlugin, hook: HookName, fields: Map<String, Value>) -> Result<Value, String> {
+        self.call_checked(plugin, hook, fields, None).await
+    }
+
+    /// [`AgentEngine::call`]; with `form`, a reply that is not a decision
+    /// counts as a failed call too.
+    async fn call_checked(
+        &self,
+        plugin: &AgentPlugin,
+        hook: HookName,
+        fields: Map<String, Value>,
+        form: Option<Form>,
+    ) -> Result<Value, String> {
         let request = HookRequest::Agent(AgentRequest::new(hook, fields));
         let started = Instant::now();
-        let reply = plugin.runner.call(&request, &CallOptions::default()).await;
+        let reply = plugin.runner.call(&request, &CallOptions::default()).await.map_err(|e| e.to_string());
+        let reply = match (reply, form) {
+            (Ok(v), Some(form)) => match decision::Decision::from_reply(&v, form) {
+                Ok(_) => Ok(v),
+                Err(e) => Err(e.to_string()),
+            },
+            (other, _) => other,
+        };
         let outcome = if reply.is_ok() { CallOutcome::Success } else { CallOutcome::Failure };
         self.metrics.record(&plugin.name, hook, started.elapsed(), outcome);
         reply.map_err(|e| {
             tracing::warn!(plugin = %plugin.name, hook = %hook, "agent hook failed (counted as pass): {e}");
-            e.to_string()
+            e
         })
     }
 
@@ -291,15 +316,14 @@ impl AgentEngine {
             request.insert(key.to_owned(), value.clone());
             async move {
                 match plugin {
-                    Some(p) => self.call(&p, hook, request).await,
+                    Some(p) => self.call_checked(&p, hook, request, Some(form(hook))).await,
                     None => Err("gone".into()),
                 }
             }
         })
         .await;
-        for s in skipped {
-            tracing::warn!(plugin = %s.plugin, hook = %hook, "counted as pass: {}", s.error);
-        }
+        // Each skipped plugin was logged and counted by `call_checked`.
+        drop(skipped);
         match outcome {
             Outcome::Value(v) => {
                 fields.insert(key.to_owned(), v);
@@ -608,21 +632,33 @@ impl HostCalls for AgentEngine {
             return;
         }
         let fields = obj(json!({"key": change.key, "old": change.old, "new": change.new}));
-        // In the background: the plugin that set the value may be busy in the
-        // very call that set it. Calls are in order per set.
-        let metrics = self.metrics.clone();
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        // In the background (the plugin that set the value may be busy in the
+        // very call that set it), through one queue per plugin so the calls
+        // arrive one at a time, in the order of the sets.
+        let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
+        let mut queues = self.config_queues.lock().unwrap_or_else(|p| p.into_inner());
+        let queue = queues.entry(plugin.to_owned()).or_insert_with(|| {
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Map<String, Value>>();
+            let (name, metrics, me) = (plugin.to_owned(), self.metrics.clone(), self.me.clone());
             handle.spawn(async move {
-                let request = HookRequest::Agent(AgentRequest::new(HookName::ConfigChanged, fields));
-                let started = Instant::now();
-                let reply = p.runner.call(&request, &CallOptions::default()).await;
-                let outcome = if reply.is_ok() { CallOutcome::Success } else { CallOutcome::Failure };
-                metrics.record(&p.name, HookName::ConfigChanged, started.elapsed(), outcome);
-                if let Err(e) = reply {
-                    tracing::warn!(plugin = %p.name, "config_changed failed: {e}");
+                while let Some(fields) = rx.recv().await {
+                    // The plugin as it is now (a reload may have replaced it).
+                    let Some(engine) = me.upgrade() else { return };
+                    let Some(p) = engine.plugin(&name) else { continue };
+                    drop(engine);
+                    let request = HookRequest::Agent(AgentRequest::new(HookName::ConfigChanged, fields));
+                    let started = Instant::now();
+                    let reply = p.runner.call(&request, &CallOptions::default()).await;
+                    let outcome = if reply.is_ok() { CallOutcome::Success } else { CallOutcome::Failure };
+                    metrics.record(&p.name, HookName::ConfigChanged, started.elapsed(), outcome);
+                    if let Err(e) = reply {
+                        tracing::warn!(plugin = %p.name, "config_changed failed: {e}");
+                    }
                 }
             });
-        }
+            tx
+        });
+        let _ = queue.send(fields);
     }
 
     fn trigger_append(&self, from: Option<&str>, trigger: Map<String, Value>) -> BoxFuture<'_, Result<Value, String>> {

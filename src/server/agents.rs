@@ -92,7 +92,10 @@ async fn run(state: &AppState, request: HookRequest, fill_pressure: bool) -> Res
             if r.context_window_tokens == 0 {
                 r.context_window_tokens = state.config.context_engine.context_window_tokens;
             }
-            json!({ "messages": engine.assemble(&r).await? })
+            // Plugins' prompt suffixes are part of the system prompt the
+            // assembly is made for (and counted in), and are returned with it.
+            r.system_prompt = state.agent.with_prompt_suffixes(&r.system_prompt);
+            json!({ "messages": engine.assemble(&r).await?, "system_prompt": r.system_prompt })
         }
         HookRequest::Compact(mut r) => {
             if r.context_window_tokens == 0 {

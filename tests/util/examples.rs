@@ -21,8 +21,18 @@ pub fn copy_example(name: &str, dest: &Path) {
         std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
         std::fs::copy(native_example_binary(), &bin).unwrap();
     }
-    if name == "recall" {
-        std::fs::copy(component("recall"), dest.join("recall.wasm")).unwrap();
+    // A component example gets the file its `component = "<name>.wasm"` names,
+    // built from the crate of that name.
+    let manifest = std::fs::read_to_string(dest.join("plugin.toml")).unwrap_or_default();
+    let wasm = manifest.lines().find_map(|l| {
+        let (key, value) = l.split_once('=')?;
+        (key.trim() == "component").then(|| value.trim().trim_matches('"').to_owned())
+    });
+    if let Some(file) = wasm
+        && !dest.join(&file).exists()
+    {
+        let stem = file.trim_end_matches(".wasm");
+        std::fs::copy(component(stem), dest.join(&file)).unwrap();
     }
 }
 

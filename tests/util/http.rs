@@ -89,6 +89,11 @@ impl Daemon {
         request(&self.addr, "POST", path, Some(body), &[])
     }
 
+    /// Any method (`PUT`, `PATCH`, `DELETE`, …).
+    pub fn send(&self, method: &str, path: &str, body: Option<&str>) -> Response {
+        request(&self.addr, method, path, body, &[])
+    }
+
     pub fn post_with(&self, path: &str, body: &str, headers: &[(&str, &str)]) -> Response {
         request(&self.addr, "POST", path, Some(body), headers)
     }
@@ -121,7 +126,7 @@ pub fn request(addr: &str, method: &str, path: &str, body: Option<&str>, headers
     stream.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
     let body = body.unwrap_or("");
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    if method == "POST" {
+    if method != "GET" {
         head.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len()));
     }
     for (k, v) in headers {

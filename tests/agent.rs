@@ -1,0 +1,424 @@
+//! The agent loop (`agent-hooks.md`) through `ctxhost serve` and `ctxhost
+//! run`: the guard plugin written three ways passing one test set, every
+//! combine rule with real plugins, config_changed, triggers, schedules,
+//! communicate, and services surviving a restart.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::util::examples::copy_example;
+use crate::util::http::Daemon;
+use crate::util::write;
+
+/// A home with a plugins dir.
+struct Site {
+    dir: tempfile::TempDir,
+}
+
+impl Site {
+    fn new() -> Site {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
+        Site { dir }
+    }
+
+    fn home(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn plugin_dir(&self, name: &str) -> PathBuf {
+        self.home().join("plugins").join(name)
+    }
+
+    fn example(&self, name: &str) {
+        copy_example(name, &self.plugin_dir(name));
+    }
+
+    /// A python one-shot plugin: `hooks` are `(hook, body)`; each body runs
+    /// with `req` (the request), `here` (the plugin dir) and `log(line)`
+    /// (appends to `<plugin>/log.jsonl`) defined, and prints `reply`.
+    fn python(&self, name: &str, manifest: &str, hooks: &[(&str, &str)]) {
+        let dir = self.plugin_dir(name);
+        let mut toml = format!("name = \"{name}\"\nversion = \"0.1.0\"\n{manifest}\n[hooks]\nruntime = \"python\"\n");
+        for (hook, body) in hooks {
+            toml.push_str(&format!("{hook} = \"hooks/{hook}.py\"\n"));
+            let indented: String = body.lines().map(|l| format!("    {l}\n")).collect();
+            write(
+                &dir.join(format!("hooks/{hook}.py")),
+                &format!(
+                    "import json, os, sys, time\n\
+                     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))\n\
+                     def log(line):\n    with open(os.path.join(here, 'log.jsonl'), 'a') as f:\n        f.write(json.dumps(line) + '\\n')\n\
+                     req = json.load(sys.stdin)\nreply = {{}}\nif True:\n{indented}\
+                     print(json.dumps(reply))\n"
+                ),
+            );
+        }
+        write(&dir.join("plugin.toml"), &toml);
+    }
+
+    fn log(&self, name: &str) -> Vec<Value> {
+        std::fs::read_to_string(self.plugin_dir(name).join("log.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn start(&self) -> Daemon {
+        Daemon::start(self.home(), &[], &[])
+    }
+}
+
+/// Waits (up to 10 s) for `done`.
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A tool plugin registering `shell_exec`, logging every real call.
+fn shell_tool(site: &Site) {
+    site.python(
+        "shell",
+        "prompt_suffix = \"Use shell_exec for commands.\"\n\
+         [[tools]]\nname = \"shell_exec\"\ndescription = \"Run a command\"\n\
+         parameters = { type = \"object\", properties = { command = { type = \"string\" } }, required = [\"command\"] }\n",
+        &[("call_tool", "log(req)\nreply = {'result': 'ran ' + req['args']['command']}")],
+    );
+}
+
+/// The shared test set of the guard plugin (`guest-examples/guard*`).
+fn guard_set(example: &str) {
+    let site = Site::new();
+    site.example(example);
+    shell_tool(&site);
+    let d = site.start();
+    let pre = |command: &str, tool: &str| {
+        d.post(
+            "/api/agent-hooks/tool_call_pre",
+            &json!({"agent_id": "a1", "name": tool, "args": {"command": command}}).to_string(),
+        )
+    };
+
+    // rm -rf in a shell_exec call is blocked, with the plugin and the reason.
+    let r = pre("rm -rf /tmp/x", "shell_exec");
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(r.json(), json!({"blocked": "guard: refusing a command containing `rm -rf`", "plugin": example}));
+    // Anything else passes with its args untouched.
+    let r = pre("ls -la", "shell_exec");
+    assert_eq!((r.status, r.json()), (200, json!({"value": {"command": "ls -la"}})));
+    let r = pre("rm -rf /", "read_file");
+    assert_eq!(r.status, 200, "only shell_exec is guarded: {}", r.body);
+
+    // Memory writes lose their email addresses.
+    let r = d.post(
+        "/api/agent-hooks/memory_write_pre",
+        r#"{"content":"mail ann.lee+x@mail.example.org or bob@test.io, not me@localhost","metadata":{"k":1}}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["value"], "mail [email] or [email], not me@localhost");
+    let r = d.post("/api/agent-hooks/memory_write_pre", r#"{"content":"no address here","metadata":{}}"#);
+    assert_eq!(r.json()["value"], "no address here");
+
+    // A denied tool is never called; an allowed one is, once.
+    let r = d.post("/api/agents/a1/tools/shell_exec", r#"{"args":{"command":"rm -rf ~"}}"#);
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(r.json()["blocked"], "guard: refusing a command containing `rm -rf`");
+    let r = d.post("/api/agents/a1/tools/shell_exec", r#"{"args":{"command":"echo hi"}}"#);
+    assert_eq!((r.status, r.json()), (200, json!({"result": "ran echo hi"})));
+    let calls = site.log("shell");
+    assert_eq!(calls.len(), 1, "the blocked call never reached the tool: {calls:?}");
+    assert_eq!(calls[0]["args"], json!({"command": "echo hi"}));
+
+    // The pattern is config: a change takes effect on the next call.
+    let config = d.get(&format!("/api/plugins/{example}/config"));
+    assert_eq!(config.status, 200, "{}", config.body);
+    assert_eq!(config.json()["values"], json!({"BLOCK_PATTERN": "rm -rf"}));
+    assert_eq!(config.json()["schema"][0]["key"], "BLOCK_PATTERN");
+    let put =
+        d.send("PUT", &format!("/api/plugins/{example}/config"), Some(r#"{"values":{"BLOCK_PATTERN":"drop table"}}"#));
+    assert_eq!((put.status, put.json()), (200, json!({"values": {"BLOCK_PATTERN": "drop table"}})));
+    assert_eq!(pre("rm -rf /tmp/x", "shell_exec").status, 200);
+    let r = pre("psql -c 'drop table users'", "shell_exec");
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(r.json()["blocked"], "guard: refusing a command containing `drop table`");
+    let bad = d.send("PUT", &format!("/api/plugins/{example}/config"), Some(r#"{"values":{"BLOCK_PATERN":"x"}}"#));
+    assert_eq!(bad.status, 400);
+    assert!(bad.json()["error"].as_str().unwrap().contains("BLOCK_PATERN"), "{}", bad.body);
+    assert!(d.stop().0);
+}
+
+#[test]
+fn guard_as_a_python_worker_passes_the_guard_set() {
+    guard_set("guard-python");
+}
+
+#[test]
+fn guard_as_a_node_one_shot_script_passes_the_guard_set() {
+    guard_set("guard-node");
+}
+
+#[test]
+fn guard_as_a_rust_component_passes_the_guard_set() {
+    guard_set("guard");
+}
+
+#[test]
+fn message_chain_runs_in_priority_order_isolates_a_failing_plugin_and_blocks() {
+    let site = Site::new();
+    // plugin.toml: larger priority first; ties by name.
+    let tag = |t: &str| format!("reply = {{'action': 'replace', 'value': req['text'] + ' [{t}]'}}");
+    site.python("b-mid", "priority = 5", &[("message_received", &tag("b"))]);
+    site.python("a-mid", "priority = 5", &[("message_received", &tag("a"))]);
+    site.python("high", "priority = 10", &[("message_received", &tag("high"))]);
+    site.python("crash", "priority = 7", &[("message_received", "sys.exit(3)")]);
+    site.python("junk", "priority = 6", &[("message_received", "reply = {'action': 'explode'}")]);
+    // FaustBot's string forms: a bare string replaces, __IGNORED__ drops.
+    site.python(
+        "last",
+        "priority = -1",
+        &[("message_received", "reply = '__IGNORED__' if 'spam' in req['text'] else req['text'] + '!'")],
+    );
+    let d = site.start();
+    let r = d.post("/api/agents/a1/messages", r#"{"text":"hello"}"#);
+    assert_eq!((r.status, r.json()), (200, json!({"text": "hello [high] [a] [b]!"})), "{}", r.body);
+    let r = d.post("/api/agents/a1/messages", r#"{"text":"buy spam","origin":"trigger_background"}"#);
+    assert_eq!(r.json(), json!({"blocked": true, "plugin": "last", "reason": "ignored by the plugin"}));
+    let r = d.post("/api/agents/a1/messages", r#"{"text":"x","origin":"nowhere"}"#);
+    assert_eq!(r.status, 400);
+    // The failures were counted, and the chain went on.
+    let metrics = d.get("/metrics").body;
+    let failed = |plugin: &str| {
+        metrics.lines().any(|l| {
+            l.starts_with("ctxhost_hook_failures_total")
+                && l.contains(&format!("plugin=\"{plugin}\""))
+                && l.contains("hook=\"message_received\"")
+                && !l.ends_with(" 0")
+        })
+    };
+    assert!(failed("crash") && failed("junk"), "{metrics}");
+    assert!(d.stop().0);
+}
+
+#[test]
+fn a_block_stops_the_chain_before_later_plugins() {
+    let site = Site::new();
+    site.python(
+        "first",
+        "priority = 2",
+        &[("tool_call_pre", "reply = {'action': 'replace', 'value': {'command': req['args']['command'] + ' --safe'}}")],
+    );
+    site.python(
+        "second",
+        "priority = 1",
+        &[("tool_call_pre", "reply = {'action': 'block', 'reason': req['args']['command']}")],
+    );
+    site.python("third", "priority = 0", &[("tool_call_pre", "log(req)")]);
+    let d = site.start();
+    let r = d.post("/api/agent-hooks/tool_call_pre", r#"{"name":"x","args":{"command":"go"}}"#);
+    assert_eq!((r.status, r.json()), (403, json!({"blocked": "go --safe", "plugin": "second"})));
+    assert!(site.log("third").is_empty(), "nothing runs after a block");
+    assert!(d.stop().0);
+}
+
+#[test]
+fn config_changed_fires_for_every_set_and_config_survives_a_restart() {
+    let site = Site::new();
+    site.python(
+        "watcher",
+        "[agent_config]\nLIMIT = { type = \"int\", label = \"Limit\", default = 3 }\nNAME = { type = \"str\", default = \"x\" }\n",
+        &[("config_changed", "log(req)")],
+    );
+    let d = site.start();
+    let path = "/api/plugins/watcher/config";
+    assert_eq!(d.get(path).json()["values"], json!({"LIMIT": 3, "NAME": "x"}));
+    let r = d.send("PUT", path, Some(r#"{"values":{"LIMIT":"7"}}"#));
+    assert_eq!((r.status, r.json()), (200, json!({"values": {"LIMIT": 7, "NAME": "x"}})), "coerced");
+    let r = d.send("PUT", path, Some(r#"{"values":{"LIMIT":7}}"#));
+    assert_eq!(r.status, 200);
+    let r = d.send("PUT", path, Some(r#"{"values":{"LIMIT":"seven","NAME":"y"}}"#));
+    assert_eq!(r.status, 400);
+    let error = r.json()["error"].as_str().unwrap().to_owned();
+    assert!(error.contains("LIMIT") && error.contains("int"), "{error}");
+    eventually("two config_changed calls", || site.log("watcher").len() >= 2);
+    std::thread::sleep(Duration::from_millis(300));
+    let calls = site.log("watcher");
+    assert_eq!(calls.len(), 2, "a refused PUT changes nothing and fires nothing: {calls:?}");
+    assert_eq!((&calls[0]["key"], &calls[0]["old"], &calls[0]["new"]), (&json!("LIMIT"), &json!(3), &json!(7)));
+    assert_eq!((&calls[1]["old"], &calls[1]["new"]), (&json!(7), &json!(7)), "every set fires, even an unchanged one");
+    assert!(d.stop().0);
+    let d = site.start();
+    assert_eq!(d.get(path).json()["values"], json!({"LIMIT": 7, "NAME": "x"}), "persisted");
+    assert_eq!(d.get("/api/plugins/nope/config").status, 404);
+    assert!(d.stop().0);
+}
+
+#[test]
+fn triggers_fire_expire_merge_and_survive_a_restart() {
+    let site = Site::new();
+    site.python(
+        "filter",
+        "",
+        &[
+            (
+                "trigger_append",
+                "t = req['trigger']\nif t['id'] == 'spam':\n    reply = {'action': 'block', 'reason': 'no spam'}\nelse:\n    t['checked'] = True\n    reply = {'action': 'replace', 'value': t}",
+            ),
+            (
+                "trigger_fire",
+                "log(req['trigger']['id'])\nif req['trigger'].get('payload', {}).get('mute'):\n    reply = {'action': 'block', 'reason': 'muted'}",
+            ),
+        ],
+    );
+    let d = site.start();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let post = |t: Value| d.post("/api/triggers", &t.to_string());
+    let r = post(json!({"id": "spam", "type": "interval", "interval_seconds": 1}));
+    assert_eq!((r.status, r.json()["blocked"].clone()), (403, json!("no spam")));
+    let r = post(json!({"id": "tick", "type": "interval", "interval_seconds": 1, "payload": {"n": 1}, "priority": 2}));
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(r.json()["checked"], true, "trigger_append's replacement is what is stored");
+    post(json!({"id": "muted", "type": "interval", "interval_seconds": 1, "payload": {"mute": true}}));
+    post(json!({"id": "short", "type": "datetime", "target": now + 3600, "lifespan": 1}));
+    post(json!({"id": "later", "type": "datetime", "target": now + 3600}));
+    eventually("tick to fire", || {
+        d.get("/api/triggers/fired").json().as_array().unwrap().iter().any(|t| t["id"] == "tick")
+    });
+    eventually("short to expire", || d.get("/api/triggers/short").status == 404);
+    let fired = d.get("/api/triggers/fired").json();
+    let ids: Vec<&str> = fired.as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap()).collect();
+    assert!(!ids.contains(&"muted"), "trigger_fire blocked it: {ids:?}");
+    assert!(!ids.contains(&"short"), "an expired trigger never fires: {ids:?}");
+    eventually("muted to reach trigger_fire", || site.log("filter").contains(&json!("muted")));
+
+    // PATCH merges: the type and interval stay, the payload is merged.
+    let r = d.send("PATCH", "/api/triggers/tick", Some(r#"{"payload":{"m":2},"recall_description":"tick tock"}"#));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let t = r.json();
+    assert_eq!(
+        (&t["type"], &t["interval_seconds"], &t["payload"]),
+        (&json!("interval"), &json!(1), &json!({"n": 1, "m": 2}))
+    );
+    let r = d.send("PATCH", "/api/triggers/tick", Some(r#"{"type":"sometimes"}"#));
+    assert_eq!(r.status, 400, "a patch that breaks the trigger is refused: {}", r.body);
+    assert_eq!(d.send("DELETE", "/api/triggers/muted", None).status, 200);
+    assert_eq!(d.send("DELETE", "/api/triggers/muted", None).status, 404);
+    let list = d.get("/api/triggers").json();
+    assert_eq!(list[0]["id"], "tick", "highest priority first: {list}");
+    assert!(d.stop().0);
+
+    let d = site.start();
+    let ids: Vec<Value> = d.get("/api/triggers").json().as_array().unwrap().iter().map(|t| t["id"].clone()).collect();
+    assert_eq!(ids, [json!("tick"), json!("later")], "persisted across a restart");
+    assert!(d.stop().0);
+}
+
+#[test]
+fn event_triggers_fire_with_their_payload() {
+    let site = Site::new();
+    let d = site.start();
+    let r =
+        d.post("/api/triggers", r#"{"id":"on-deploy","type":"event","event_name":"deploy","recall_description":"x"}"#);
+    assert_eq!(r.status, 201, "{}", r.body);
+    let r = d.post("/api/events/deploy", r#"{"version":"1.2"}"#);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["fired"][0]["id"], "on-deploy");
+    assert_eq!(r.json()["fired"][0]["event_payload"], json!({"version": "1.2"}));
+    assert_eq!(d.post("/api/events/other", "{}").json()["fired"], json!([]));
+    assert!(d.stop().0);
+}
+
+#[test]
+fn schedules_never_overlap_and_heartbeats_come() {
+    let site = Site::new();
+    site.python(
+        "ticker",
+        "heartbeat_secs = 0.2\n[[schedules]]\nid = \"slow\"\ninterval_secs = 0.2\n",
+        &[
+            ("run_schedule", "log({'at': 'start', 'id': req['id']})\ntime.sleep(0.6)\nlog({'at': 'end'})"),
+            ("heartbeat", "log({'at': 'beat'})"),
+        ],
+    );
+    let d = site.start();
+    eventually("three schedule runs", || site.log("ticker").iter().filter(|l| l["at"] == "end").count() >= 3);
+    assert!(d.stop().0);
+    let runs: Vec<Value> = site.log("ticker").into_iter().filter(|l| l["at"] != "beat").collect();
+    for pair in runs.chunks(2) {
+        assert_eq!(pair[0], json!({"at": "start", "id": "slow"}), "no run starts before the last ended: {runs:?}");
+        if pair.len() == 2 {
+            assert_eq!(pair[1]["at"], "end", "{runs:?}");
+        }
+    }
+    assert!(site.log("ticker").iter().filter(|l| l["at"] == "beat").count() >= 3);
+}
+
+#[test]
+fn communicate_routes_by_id_with_faustbots_statuses() {
+    let site = Site::new();
+    site.python(
+        "talker",
+        "",
+        &[("communicate", "reply = [1, 2] if req['payload'].get('bad') else {'echo': req['payload']}")],
+    );
+    site.python("mute", "", &[("tool_call_pre", "pass")]);
+    let d = site.start();
+    let r = d.post("/faust/plugins/talker/communicate", r#"{"q":1}"#);
+    assert_eq!((r.status, r.json()), (200, json!({"echo": {"q": 1}})));
+    assert_eq!(d.post("/faust/plugins/talker/communicate", r#"{"bad":true}"#).status, 400);
+    assert_eq!(d.post("/faust/plugins/nobody/communicate", "{}").status, 404);
+    assert_eq!(d.post("/faust/plugins/mute/communicate", "{}").status, 404, "no communicate hook");
+    crate::util::ctxhost().arg("--home").arg(site.home()).args(["plugin", "disable", "talker"]).assert().success();
+    let r = d.post("/faust/plugins/talker/communicate", r#"{"q":1}"#);
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(d.stop().0);
+}
+
+#[test]
+fn tools_are_listed_and_a_run_transcript_goes_through_the_loop() {
+    let site = Site::new();
+    shell_tool(&site);
+    site.example("guard-node");
+    let d = site.start();
+    let tools = d.get("/api/tools").json();
+    assert_eq!(tools[0]["plugin"], "shell");
+    assert_eq!(tools[0]["name"], "shell_exec");
+    assert_eq!(tools[0]["parameters"]["required"], json!(["command"]));
+    assert_eq!(d.post("/api/agents/a1/tools/shel_exec", "{}").status, 404);
+    let assembled = d.post(
+        "/api/agents/a1/assemble",
+        r#"{"system_prompt":"Be brief.","messages":[{"role":"user","content":"hi"}]}"#,
+    );
+    assert_eq!(assembled.json()["system_prompt"], "Be brief.\n\nUse shell_exec for commands.", "{}", assembled.body);
+    assert!(d.stop().0);
+
+    let transcript = site.home().join("t.jsonl");
+    write(
+        &transcript,
+        "{\"user\":\"clean up\",\"assistant\":\"done\",\"tools\":[{\"name\":\"shell_exec\",\"input\":{\"command\":\"rm -rf /\"}},{\"name\":\"shell_exec\",\"input\":{\"command\":\"ls\"}},{\"name\":\"shell_exec\",\"input\":{\"command\":\"rm -rf x\"},\"result\":\"given\"}]}\n",
+    );
+    let out = crate::util::ctxhost()
+        .arg("--home")
+        .arg(site.home())
+        .args(["run", "--json", "--transcript"])
+        .arg(&transcript)
+        .assert()
+        .success();
+    let first: Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.get_output().stdout).lines().next().unwrap()).unwrap();
+    let results = first["tool_results"].as_array().unwrap();
+    assert!(
+        results[0].as_str().unwrap().starts_with("tool call denied by plugin 'guard-node': guard: refusing"),
+        "{first}"
+    );
+    assert_eq!(results[1], "ran ls", "{first}");
+    assert!(results[2].as_str().unwrap().contains("denied"), "a given result is denied too: {first}");
+    let system = &first["assembled"][0];
+    assert!(system["content"].as_str().unwrap().ends_with("Use shell_exec for commands."), "{system}");
+    let calls = site.log("shell");
+    assert_eq!(calls.len(), 1, "only `ls` reached the tool: {calls:?}");
+}
