@@ -422,3 +422,135 @@ fn tools_are_listed_and_a_run_transcript_goes_through_the_loop() {
     let calls = site.log("shell");
     assert_eq!(calls.len(), 1, "only `ls` reached the tool: {calls:?}");
 }
+
+/// A python JSON-RPC worker plugin whose `communicate` runs the service
+/// calls it is given (`{"calls": [[method, params], …]}` → `{"results": […]}`)
+/// and whose symbolic vfs nodes say how often they were computed.
+fn service_worker(site: &Site, name: &str) {
+    let dir = site.plugin_dir(name);
+    std::fs::create_dir_all(dir.join("hooks")).unwrap();
+    std::fs::copy(
+        crate::util::examples::repo_root().join("guest-examples/rpc-clients/ctxhost_rpc.py"),
+        dir.join("hooks/ctxhost_rpc.py"),
+    )
+    .unwrap();
+    write(
+        &dir.join("hooks/worker.py"),
+        "from ctxhost_rpc import host, RpcError\n\
+         reads = [0]\n\
+         @host.hook('communicate')\n\
+         def communicate(req):\n\
+         \x20   out = []\n\
+         \x20   for method, params in req['payload']['calls']:\n\
+         \x20       try:\n\
+         \x20           out.append({'ok': host.call(method, params)})\n\
+         \x20       except RpcError as e:\n\
+         \x20           out.append({'err': e.message})\n\
+         \x20   return {'results': out}\n\
+         @host.hook('read_symbolic')\n\
+         def read_symbolic(req):\n\
+         \x20   reads[0] += 1\n\
+         \x20   return {'content': '%s read %d' % (req['path'], reads[0])}\n\
+         host.run()\n",
+    );
+    write(
+        &dir.join("plugin.toml"),
+        &format!(
+            "name = \"{name}\"\nversion = \"0.1.0\"\n[hooks]\nruntime = \"python\"\npersistent_subprocess = true\n\
+             worker_protocol = \"jsonrpc\"\ncommunicate = \"hooks/worker.py\"\nread_symbolic = \"hooks/worker.py\"\n"
+        ),
+    );
+}
+
+fn calls(d: &Daemon, plugin: &str, calls: Value) -> Vec<Value> {
+    let r = d.post(&format!("/faust/plugins/{plugin}/communicate"), &json!({"calls": calls}).to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.json()["results"].as_array().unwrap().clone()
+}
+
+#[test]
+fn vfs_paths_are_normalised_symbolic_nodes_computed_and_services_survive_a_restart() {
+    let site = Site::new();
+    service_worker(&site, "notes");
+    service_worker(&site, "reader");
+    let d = site.start();
+    let out = calls(
+        &d,
+        "notes",
+        json!([
+            ["vfs.write", {"path": "plugins\\notes\\.\\a\\..\\b.txt", "content": "bee"}],
+            ["vfs.write_symbolic", {"path": "/plugins/notes/live", "searchable": true}],
+            ["vfs.write", {"path": "/plugins/reader/x", "content": "not mine"}],
+            ["vfs.write", {"path": "/../../plugins/notes/deep/c.txt", "content": "sea"}],
+            ["storage.set", {"key": "k", "value": {"n": 1}}],
+            ["storage.set", {"key": "k", "value": "a1's", "scope": "session", "agent_id": "a1"}],
+            ["storage.get", {"key": "k", "scope": "session", "agent_id": "a2"}],
+            ["storage.set", {"key": "k", "value": 1, "scope": "session"}],
+        ]),
+    );
+    assert_eq!(out[0], json!({"ok": "/plugins/notes/b.txt"}), "`\\` → `/`, `.` dropped, `..` resolved: {out:?}");
+    assert_eq!(out[1], json!({"ok": "/plugins/notes/live"}));
+    assert!(out[2]["err"].as_str().unwrap().contains("may only write below /plugins/notes"), "{out:?}");
+    assert_eq!(out[3], json!({"ok": "/plugins/notes/deep/c.txt"}), "`..` clamped at the root");
+    assert_eq!(out[6], json!({"ok": null}), "another agent's session is empty");
+    assert!(out[7]["err"].as_str().unwrap().contains("session"), "no agent, no session scope: {out:?}");
+
+    let vfs = |path: &str| d.get(&format!("/api/vfs?path={path}"));
+    assert_eq!(vfs("/plugins/notes/b.txt").json(), json!({"path": "/plugins/notes/b.txt", "content": "bee"}));
+    assert_eq!(vfs("/plugins/notes").json(), json!({"path": "/plugins/notes", "children": ["b.txt", "deep", "live"]}));
+    assert_eq!(vfs("/plugins/notes/live").json()["content"], "/plugins/notes/live read 1", "computed by its owner");
+    assert_eq!(vfs("/plugins/notes/live").json()["content"], "/plugins/notes/live read 2", "on every read");
+    assert_eq!(vfs("/nothing/here").status, 404);
+    // Another plugin reads it through the host, which asks the owner.
+    let out = calls(
+        &d,
+        "reader",
+        json!([
+            ["vfs.read", {"path": "/plugins/notes/live"}],
+            ["vfs.read", {"path": "/plugins/notes/missing", "default": "dflt"}],
+            ["vfs.list", {"path": "/plugins"}],
+            ["storage.get", {"key": "k"}],
+        ]),
+    );
+    assert_eq!(out[0], json!({"ok": "/plugins/notes/live read 3"}));
+    assert_eq!(out[1], json!({"ok": "dflt"}));
+    assert_eq!(out[2], json!({"ok": ["notes"]}));
+    assert_eq!(out[3], json!({"ok": null}), "storage is per plugin");
+    assert!(d.stop().0);
+
+    let d = site.start();
+    let out = calls(
+        &d,
+        "notes",
+        json!([
+            ["vfs.read", {"path": "/plugins/notes/deep/c.txt"}],
+            ["storage.get", {"key": "k"}],
+            ["storage.get", {"key": "k", "scope": "session", "agent_id": "a1"}],
+            ["vfs.delete", {"path": "/plugins/notes/deep"}],
+            ["vfs.delete", {"path": "/plugins/notes/deep"}],
+        ]),
+    );
+    assert_eq!(out[..3], [json!({"ok": "sea"}), json!({"ok": {"n": 1}}), json!({"ok": "a1's"})], "after a restart");
+    assert_eq!(out[3..], [json!({"ok": true}), json!({"ok": false})]);
+    assert_eq!(d.get("/api/vfs?path=/plugins/notes/deep/c.txt").status, 404, "the subtree went");
+    assert!(d.stop().0);
+}
+
+#[test]
+fn reloading_an_agent_plugin_swaps_it_and_disabling_takes_it_out() {
+    let site = Site::new();
+    let v = |tag: &str| format!("reply = {{'action': 'replace', 'value': req['text'] + ' {tag}'}}");
+    site.python("tagger", "", &[("message_received", &v("v1"))]);
+    let d = site.start();
+    let say = || d.post("/api/agents/a1/messages", r#"{"text":"hi"}"#).json()["text"].clone();
+    assert_eq!(say(), "hi v1");
+    site.python("tagger", "version_note = 2", &[("message_received", &v("v2"))]);
+    let r = d.post("/api/plugins/tagger/reload", "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["active"], true);
+    assert_eq!(say(), "hi v2");
+    crate::util::ctxhost().arg("--home").arg(site.home()).args(["plugin", "disable", "tagger"]).assert().success();
+    assert_eq!(d.post("/api/plugins/tagger/reload", "").status, 200);
+    assert_eq!(say(), "hi", "out of the loop");
+    assert!(d.stop().0);
+}

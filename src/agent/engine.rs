@@ -56,20 +56,22 @@ impl AgentPlugin {
     ///
     /// # Errors
     /// Its service files cannot be made or read.
+    /// The runner is shared with whoever else holds `plugin` (a reload puts
+    /// one load into both the context stack and the agent loop).
     pub fn new(
-        plugin: LoadedPlugin,
+        plugin: &LoadedPlugin,
         source: PrioritySource,
         shared: &Arc<SharedServices>,
         home: &crate::home::Home,
     ) -> Result<AgentPlugin, ServiceError> {
-        let services = super::attach_services(&plugin, shared, home)?;
+        let services = super::attach_services(plugin, shared, home)?;
         Ok(AgentPlugin {
             order: decision::order_key(source),
-            name: plugin.name,
-            version: plugin.version,
-            hooks: plugin.hooks,
-            decl: plugin.agent,
-            runner: plugin.runner,
+            name: plugin.name.clone(),
+            version: plugin.version.clone(),
+            hooks: plugin.hooks.clone(),
+            decl: plugin.agent.clone(),
+            runner: plugin.runner.clone(),
             services,
         })
     }
@@ -193,7 +195,7 @@ impl AgentEngine {
             match crate::plugin::load_plugin(&cx.home.plugins_dir().join(&name), cx) {
                 Ok(plugin) if AgentPlugin::takes_part(&plugin) => {
                     let source = PrioritySource::Toml(plugin.agent.priority);
-                    match AgentPlugin::new(plugin, source, &shared, cx.home) {
+                    match AgentPlugin::new(&plugin, source, &shared, cx.home) {
                         Ok(p) => plugins.push(p),
                         Err(e) => warnings.push(format!("plugin '{name}': host services: {e}")),
                     }

@@ -17,7 +17,7 @@ pub(crate) struct Reloaded {
     pub runtime: String,
     pub hooks_valid: bool,
     pub hooks: Vec<String>,
-    /// In the engine's stack, so new calls now use this version.
+    /// In the engine's stack or the agent loop, so new calls now use this version.
     pub active: bool,
     pub warnings: Vec<String>,
 }
@@ -60,10 +60,27 @@ pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded
         if state.engine.clear_layer(name) {
             tracing::info!(plugin = %name, "disabled: taken out of the stack");
         }
+        if state.agent.plugin(name).is_some() {
+            state.agent.replace(name, None).await;
+            tracing::info!(plugin = %name, "disabled: taken out of the agent loop");
+        }
         report.warnings.push(format!("plugin '{name}' is disabled; `ctxhost plugin enable {name}` turns it on"));
         return Ok(report);
     }
-    report.active = state.engine.replace_layer(plugin).await;
+    // The agent loop gets the same load (one runner) when the plugin takes
+    // part in it, and loses it when it no longer does.
+    let agent_plugin = if crate::agent::engine::AgentPlugin::takes_part(&plugin) {
+        let source = crate::agent::decision::PrioritySource::Toml(plugin.agent.priority);
+        let built = crate::agent::engine::AgentPlugin::new(&plugin, source, state.agent.shared(), &state.home);
+        Some(built.map_err(|e| ReloadError::Invalid(format!("plugin '{name}': host services: {e}")))?)
+    } else {
+        None
+    };
+    let in_loop = agent_plugin.is_some();
+    if in_loop || state.agent.plugin(name).is_some() {
+        state.agent.replace(name, agent_plugin).await;
+    }
+    report.active = state.engine.replace_layer(plugin).await || in_loop;
     if report.active {
         tracing::info!(plugin = %name, "reloaded; new calls use the new version");
     }

@@ -1,4 +1,4 @@
-//! `ctxhost serve --watch`: reload a stack plugin when its manifest, one of
+//! `ctxhost serve --watch`: reload a stack or agent-loop plugin when its manifest, one of
 //! its hook scripts or its component file changes — and only then. Plugins
 //! write their own state files into their directories; those must not cause
 //! reloads, so every event is checked against the files the plugin's
@@ -52,7 +52,9 @@ async fn debounce_and_reload(
     mut rx: tokio::sync::mpsc::UnboundedReceiver<PathBuf>,
 ) {
     let mut watched: HashMap<String, HashSet<PathBuf>> = HashMap::new();
-    for name in state.engine.configured_names() {
+    // Stack plugins and agent-loop plugins alike.
+    let agent_names: Vec<String> = state.agent.plugins().iter().map(|p| p.name.clone()).collect();
+    for name in state.engine.configured_names().into_iter().chain(agent_names) {
         let files = watched_files(&root.join(&name));
         watched.insert(name, files);
     }
@@ -89,7 +91,7 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// The stack plugin a change to `path` should reload, if any.
+/// The watched plugin a change to `path` should reload, if any.
 fn relevant(root: &Path, path: &Path, watched: &HashMap<String, HashSet<PathBuf>>) -> Option<String> {
     let rel = path.strip_prefix(root).ok()?;
     let mut parts = rel.components();
