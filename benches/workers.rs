@@ -8,7 +8,11 @@
 //!   reads reply lines, its stderr drained by a thread as any host must (goal: persistent within 1.3x of the bare loop);
 //! - over the daemon's agent API (an in-process `Server`): 100 sequential
 //!   ingest calls to the python worker example with `persistent_subprocess`
-//!   on and off (goal: at least 20x faster on).
+//!   on and off (goal: at least 20x faster on);
+//! - `worker_protocol = "jsonrpc"` (python): a `tool_call_pre` call to the
+//!   guard-python example — with and without its `config.get` round trip —
+//!   against the same check in a `line` worker (no goal: what the protocol
+//!   and a service round trip cost).
 //!
 //! The whole bench runs pinned to CPU 0 (see `pin_to_one_cpu`).
 //!
@@ -104,8 +108,69 @@ fn main() {
         measure(&rt, root.path(), case);
     }
     println!("(python*: the same plugin with allow_filesystem and allow_network, i.e. without the sandbox)");
+    jsonrpc_comparison(&rt, root.path());
     drop(rt);
     daemon_comparison(root.path());
+}
+
+/// The guard's `tool_call_pre` check as a `line` worker (pattern fixed).
+const LINE_GUARD: &str = r#"
+import json, sys
+for line in sys.stdin:
+    req = json.loads(line)
+    command = (req.get("args") or {}).get("command")
+    if req.get("name") == "shell_exec" and isinstance(command, str) and "rm -rf" in command:
+        reply = {"action": "block", "reason": "guard: refusing a command containing `rm -rf`"}
+    else:
+        reply = {"action": "pass"}
+    sys.stdout.write(json.dumps(reply) + "\n")
+    sys.stdout.flush()
+"#;
+
+/// guard-python (jsonrpc, services attached) against the same check in a
+/// `line` worker.
+fn jsonrpc_comparison(rt: &tokio::runtime::Runtime, root: &Path) {
+    if ctxhost::runner::process::find_on_path("python3", std::env::var_os("PATH").as_deref()).is_none() {
+        println!("jsonrpc: python3 is not installed; skipped");
+        return;
+    }
+    let home = Home::at(root.join("home-jsonrpc"));
+    let rpc_dir = home.plugins_dir().join("guard-python");
+    examples::copy_example("guard-python", &rpc_dir);
+    let line_dir = home.plugins_dir().join("guard-line");
+    std::fs::create_dir_all(line_dir.join("hooks")).unwrap();
+    std::fs::write(line_dir.join("hooks/guard.py"), LINE_GUARD).unwrap();
+    std::fs::write(
+        line_dir.join("plugin.toml"),
+        "name = \"guard-line\"\nversion = \"0.1.0\"\n[hooks]\nruntime = \"python\"\n\
+         persistent_subprocess = true\ntool_call_pre = \"hooks/guard.py\"\n",
+    )
+    .unwrap();
+    let config = HostConfig::default();
+    let cx = LoadContext { home: &home, config: &config, host_env: &LoadContext::process_env };
+    let shared = ctxhost::agent::services::SharedServices::open(&home.agent_dir()).unwrap();
+    let load_any = |dir: &Path| {
+        let plugin = ctxhost::plugin::load_plugin(dir, &cx).unwrap_or_else(|e| panic!("load {}: {e}", dir.display()));
+        ctxhost::agent::attach_services(&plugin, &shared, &home).unwrap();
+        plugin.runner
+    };
+    let (rpc, line) = (load_any(&rpc_dir), load_any(&line_dir));
+    let request = |tool: &str| {
+        let body = serde_json::json!({"name": tool, "args": {"command": "ls -la"}, "agent_id": "bench"});
+        HookRequest::from_json(HookName::ToolCallPre, body).unwrap()
+    };
+    let (shell, other) = (request("shell_exec"), request("file_read"));
+    let options = CallOptions::default();
+    let call = |runner: &dyn Runner, request: &HookRequest| {
+        let reply = rt.block_on(runner.call(request, &options)).unwrap();
+        assert_eq!(reply["action"], "pass", "{reply}");
+    };
+    let (line_ms, rpc_ms, _, ratio) = support::paired(1000, || call(&*line, &shell), || call(&*rpc, &other));
+    let (_, rpc_get_ms, _, get_ratio) = support::paired(1000, || call(&*line, &shell), || call(&*rpc, &shell));
+    println!(
+        "jsonrpc (python guard, tool_call_pre): line worker {line_ms:.4} ms; jsonrpc {rpc_ms:.4} ms ({ratio:.2}x); \
+         jsonrpc + one config.get round trip {rpc_get_ms:.4} ms ({get_ratio:.2}x)"
+    );
 }
 
 /// Compiles the native worker into a plugin dir.
