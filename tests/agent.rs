@@ -85,7 +85,7 @@ fn eventually(what: &str, mut done: impl FnMut() -> bool) {
 fn shell_tool(site: &Site) {
     site.python(
         "shell",
-        "prompt_suffix = \"Use shell_exec for commands.\"\n\
+        "prompt_suffix = \"Use shell_exec for commands.\"\nfrontend = { js = [\"panel.js\"] }\n\
          [[tools]]\nname = \"shell_exec\"\ndescription = \"Run a command\"\n\
          parameters = { type = \"object\", properties = { command = { type = \"string\" } }, required = [\"command\"] }\n",
         &[("call_tool", "log(req)\nreply = {'result': 'ran ' + req['args']['command']}")],
@@ -389,6 +389,11 @@ fn tools_are_listed_and_a_run_transcript_goes_through_the_loop() {
     assert_eq!(tools[0]["name"], "shell_exec");
     assert_eq!(tools[0]["parameters"]["required"], json!(["command"]));
     assert_eq!(d.post("/api/agents/a1/tools/shel_exec", "{}").status, 404);
+    let plugins = d.get("/api/agent/plugins").json();
+    let names: Vec<&str> = plugins.as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["guard-node", "shell"], "chain order (equal priority: by name)");
+    assert_eq!(plugins[1]["tools"], json!(["shell_exec"]));
+    assert_eq!(plugins[1]["frontend"], json!({"js": ["panel.js"], "css": []}));
     let assembled = d.post(
         "/api/agents/a1/assemble",
         r#"{"system_prompt":"Be brief.","messages":[{"role":"user","content":"hi"}]}"#,

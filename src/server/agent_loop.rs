@@ -265,6 +265,31 @@ pub(crate) async fn event(State(state): State<Arc<AppState>>, Path(name): Path<S
     JsonReply::ok(json!({"fired": state.agent.fire_event(&name, payload).await}))
 }
 
+/// `GET /api/agent/plugins`: the agent-loop plugins in chain order, with
+/// what each declares (hooks, tools, schedules, prompt suffix, frontend
+/// assets).
+pub(crate) async fn plugins(State(state): State<Arc<AppState>>) -> JsonReply {
+    let list: Vec<Value> = state
+        .agent
+        .plugins()
+        .iter()
+        .map(|p| {
+            let d = &p.decl;
+            json!({
+                "name": p.name,
+                "version": p.version,
+                "priority": d.priority,
+                "hooks": p.hooks.iter().filter(|h| h.is_agent()).map(|h| h.as_str()).collect::<Vec<_>>(),
+                "tools": d.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+                "schedules": d.schedules,
+                "prompt_suffix": d.prompt_suffix,
+                "frontend": d.frontend,
+            })
+        })
+        .collect();
+    JsonReply::ok(Value::Array(list))
+}
+
 /// `GET /api/agent/health`: each agent-loop plugin's `health_check`.
 pub(crate) async fn health(State(state): State<Arc<AppState>>) -> JsonReply {
     JsonReply::ok(Value::Object(state.agent.health().await))

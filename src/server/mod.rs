@@ -215,6 +215,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/api/triggers/fired", get(agent_loop::fired))
         .route("/api/triggers/{id}", get(agent_loop::get_trigger))
         .route("/api/agent/health", get(agent_loop::health))
+        .route("/api/agent/plugins", get(agent_loop::plugins))
         .route("/metrics", get(prometheus::metrics))
         .route("/healthz", get(healthz))
         .merge(mutating)
