@@ -120,8 +120,11 @@ pub struct AgentEngine {
     /// Per plugin, the queue its `config_changed` calls go through, one at a
     /// time and in the order of the sets.
     me: std::sync::Weak<AgentEngine>,
-    config_queues: Mutex<std::collections::HashMap<String, tokio::sync::mpsc::UnboundedSender<Map<String, Value>>>>,
+    config_queues: Mutex<std::collections::HashMap<String, ConfigQueue>>,
 }
+
+/// The sending end of one plugin's `config_changed` queue.
+type ConfigQueue = tokio::sync::mpsc::UnboundedSender<Map<String, Value>>;
 
 /// How many fired triggers are kept for `fired()`.
 const FIRED_KEPT: usize = 256;
@@ -721,7 +724,10 @@ mod tests {
         log: Arc<Mutex<Vec<String>>>,
     }
 
-    fn setup(plugins: Vec<(&str, Option<i64>, &[HookName], Box<Answer>)>) -> Setup {
+    /// A fake plugin: name, priority, hooks, answer.
+    type FakePlugin<'a> = (&'a str, Option<i64>, &'a [HookName], Box<Answer>);
+
+    fn setup(plugins: Vec<FakePlugin<'_>>) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let shared = SharedServices::open(&dir.path().join("agent")).unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
@@ -808,9 +814,7 @@ mod tests {
                 })
             }),
         )]);
-        let mut plugins = (*s.engine.plugins()).clone();
-        let p = Arc::get_mut(&mut plugins[0]).map(|_| ()).is_none();
-        let _ = p; // the decl is set below through replace
+        // Give the plugin its tool declaration: swap in a copy that has it.
         let old = s.engine.plugin("tools").unwrap();
         let decl = AgentDecl {
             tools: vec![ToolSpec { name: "lookup".into(), description: String::new(), parameters: json!({}) }],
