@@ -463,3 +463,520 @@ fn doctor_loads_a_component_plugin() {
         (&json!("redact"), &json!("wasm"), &json!(true), &json!(true))
     );
 }
+
+// ---- Agent-loop components (world `agent-plugin`): the guard, the services probe ----
+
+/// Points `<home>/cache/components` at one compile cache shared by these
+/// tests (under the target dir; keyed by content hash), so each of their many
+/// `ctxhost hook` processes does not compile the component again. Returns `home`.
+fn with_shared_component_cache(home: &std::path::Path) -> std::path::PathBuf {
+    let shared = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| crate::util::repo_root().join("target"))
+        .join("test-component-cache");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::create_dir_all(home.join("cache")).unwrap();
+    let link = home.join("cache/components");
+    if !link.exists() {
+        std::os::unix::fs::symlink(&shared, &link).unwrap();
+    }
+    home.to_owned()
+}
+
+/// `ctxhost --home <home> hook <dir> <hook>` with `request` on stdin.
+fn hook_in(
+    home: &std::path::Path,
+    dir: &std::path::Path,
+    hook: &str,
+    request: &serde_json::Value,
+) -> assert_cmd::assert::Assert {
+    let home = with_shared_component_cache(home);
+    crate::util::ctxhost()
+        .arg("--home")
+        .arg(home)
+        .args(["hook", dir.to_str().unwrap(), hook])
+        .write_stdin(request.to_string())
+        .assert()
+}
+
+#[test]
+fn the_guard_component_blocks_passes_and_redacts() {
+    let p = crate::util::example("guard");
+    let pre = |name: &str, args: serde_json::Value| {
+        let a = hook_in(&p.home, &p.dir, "tool_call_pre", &json!({"name": name, "args": args, "agent_id": "a1"}));
+        crate::util::reply(&a.success())
+    };
+    assert_eq!(
+        pre("shell_exec", json!({"command": "sudo rm -rf / --no-preserve-root"})),
+        json!({"action": "block", "reason": "guard: refusing a command containing `rm -rf`"})
+    );
+    assert_eq!(pre("shell_exec", json!({"command": "ls -la"})), json!({"action": "pass"}));
+    assert_eq!(pre("file_write", json!({"command": "rm -rf /"})), json!({"action": "pass"}), "only shell_exec");
+    assert_eq!(pre("shell_exec", json!({"cmd": "rm -rf /"})), json!({"action": "pass"}), "no args.command");
+    assert_eq!(pre("shell_exec", json!({"command": ["rm -rf /"]})), json!({"action": "pass"}), "not a string");
+
+    let write = |content: &str| {
+        let request = json!({"type": "memory_write_pre", "content": content, "metadata": {"source": "chat"}});
+        crate::util::reply(&hook_in(&p.home, &p.dir, "memory_write_pre", &request).success())
+    };
+    assert_eq!(
+        write("Mail bob.smith+news@example.co.uk or alice@x.io; not me@localhost, a@b@c.com."),
+        json!({"action": "replace", "value": "Mail [email] or [email]; not me@localhost, a@[email]."})
+    );
+    assert_eq!(write("no addresses here, just @mentions"), json!({"action": "pass"}));
+}
+
+#[test]
+fn the_guard_reads_its_block_pattern_from_the_config_service() {
+    let p = crate::util::example("guard");
+    crate::util::write(
+        &p.home.join("agent/plugins/guard/agent_config.json"),
+        &json!({"BLOCK_PATTERN": "drop table"}).to_string(),
+    );
+    let pre = |command: &str| {
+        let request = json!({"name": "shell_exec", "args": {"command": command}, "agent_id": "a1"});
+        crate::util::reply(&hook_in(&p.home, &p.dir, "tool_call_pre", &request).success())
+    };
+    assert_eq!(
+        pre("psql -c 'drop table users'"),
+        json!({"action": "block", "reason": "guard: refusing a command containing `drop table`"})
+    );
+    assert_eq!(pre("rm -rf /tmp/x"), json!({"action": "pass"}), "the configured pattern replaces the default");
+}
+
+#[test]
+fn an_agent_component_declares_its_hooks_and_config_through_describe_agent() {
+    let p = crate::util::example("guard");
+    let home = ctxhost::home::Home::resolve(
+        ctxhost::home::HomeOverrides { home: Some(p.home.clone()), plugins_dir: None, config: None },
+        &|_| None,
+    );
+    let config = ctxhost::config::HostConfig::default();
+    let cx = ctxhost::plugin::LoadContext {
+        home: &home,
+        config: &config,
+        host_env: &ctxhost::plugin::LoadContext::process_env,
+    };
+    let plugin = ctxhost::plugin::load_plugin(&p.dir, &cx).unwrap();
+    assert_eq!(plugin.hooks.iter().copied().collect::<Vec<_>>(), [HookName::ToolCallPre, HookName::MemoryWritePre]);
+    assert_eq!(plugin.agent.priority, None);
+    let schema = serde_json::to_value(&plugin.agent.config).unwrap();
+    assert_eq!(schema[0]["key"], "BLOCK_PATTERN");
+    assert_eq!(schema[0]["type"], "str");
+    assert_eq!(schema[0]["label"], "Blocked pattern");
+    assert_eq!(schema[0]["default"], "rm -rf");
+    assert_eq!(schema.as_array().unwrap().len(), 1);
+}
+
+/// The services probe as a plugin dir `<root>/plugins/services-probe`, with
+/// `extra` appended to its manifest.
+fn probe_plugin(root: &std::path::Path, extra: &str) -> std::path::PathBuf {
+    let dir = root.join("plugins/services-probe");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(component("services_probe"), dir.join("probe.wasm")).unwrap();
+    crate::util::write(
+        &dir.join("plugin.toml"),
+        &format!(
+            "name = \"services-probe\"\nversion = \"0.1.0\"\nruntime = \"wasm\"\ncomponent = \"probe.wasm\"\n\
+             [sandbox]\nfuel = 200_000_000\nmemory_mb = 32\n{extra}\n"
+        ),
+    );
+    dir
+}
+
+/// A test home with the probe: each `calls` runs the given service calls in
+/// one `ctxhost hook … communicate` process.
+struct Probe {
+    root: tempfile::TempDir,
+    dir: std::path::PathBuf,
+}
+
+impl Probe {
+    fn new() -> Probe {
+        let root = tempfile::tempdir().unwrap();
+        let dir = probe_plugin(root.path(), "");
+        Probe { root, dir }
+    }
+
+    fn home(&self) -> std::path::PathBuf {
+        with_shared_component_cache(&self.root.path().join("home"))
+    }
+
+    /// The results of `calls` (`[method, params]` pairs), made during a
+    /// `communicate` call for `agent` (none: no `agent_id`).
+    fn calls(&self, agent: Option<&str>, calls: &[(&str, serde_json::Value)]) -> Vec<serde_json::Value> {
+        let calls: Vec<_> = calls.iter().map(|(m, p)| json!({"method": m, "params": p})).collect();
+        let mut request = json!({"payload": {"calls": calls}});
+        if let Some(agent) = agent {
+            request["agent_id"] = json!(agent);
+        }
+        let reply = crate::util::reply(&hook_in(&self.home(), &self.dir, "communicate", &request).success());
+        reply["results"].as_array().unwrap().clone()
+    }
+}
+
+/// The `err` text of a result, failing the test on `ok`.
+fn err_of(result: &serde_json::Value) -> String {
+    result["err"].as_str().unwrap_or_else(|| panic!("expected an error, got {result}")).to_owned()
+}
+
+#[test]
+fn the_config_service_through_component_imports() {
+    let probe = Probe::new();
+    let r = probe.calls(
+        None,
+        &[
+            ("config.get", json!({"key": "LIMIT"})),
+            ("config.get", json!({"key": "GREETING"})),
+            ("config.get", json!({"key": "UNDECLARED", "default": {"fallback": true}})),
+            ("config.set", json!({"key": "LIMIT", "value": "7"})),
+            ("config.get", json!({"key": "LIMIT"})),
+            ("config.set", json!({"key": "LIMIT", "value": "many"})),
+            ("config.set", json!({"key": "LIMTI", "value": 1})),
+            ("raw.config.set", json!({"key": "LIMIT", "value_json": "{not json"})),
+            ("config.list", json!({})),
+        ],
+    );
+    assert_eq!(r[0], json!({"ok": 3}), "the schema default");
+    assert_eq!(r[1], json!({"ok": "hello"}));
+    assert_eq!(r[2], json!({"ok": {"fallback": true}}), "the caller's default for an undeclared key");
+    assert_eq!(r[3], json!({"ok": 7}), "\"7\" coerced for an int");
+    assert_eq!(r[4], json!({"ok": 7}));
+    let e = err_of(&r[5]);
+    assert!(e.contains("LIMIT") && e.contains("many"), "{e}");
+    let e = err_of(&r[6]);
+    assert!(e.contains("config key `LIMTI` is not in the plugin's schema"), "names the key: {e}");
+    let e = err_of(&r[7]);
+    assert!(e.contains("value-json") && e.contains("not JSON"), "{e}");
+    assert_eq!(r[8]["ok"]["values"], json!({"LIMIT": 7, "GREETING": "hello"}));
+    assert_eq!(r[8]["ok"]["schema"][0]["key"], "LIMIT");
+    let stored: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(probe.home().join("agent/plugins/services-probe/agent_config.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(stored["LIMIT"], 7, "persisted: {stored}");
+}
+
+#[test]
+fn the_vfs_service_through_component_imports() {
+    let probe = Probe::new();
+    let r = probe.calls(
+        None,
+        &[
+            ("vfs.write", json!({"path": "/plugins/services-probe/notes/a.txt", "content": "alpha"})),
+            ("vfs.write", json!({"path": "plugins\\services-probe\\.\\x\\..\\notes\\b.txt", "content": "beta"})),
+            ("vfs.read", json!({"path": "/plugins/services-probe/notes/a.txt"})),
+            ("vfs.list", json!({"path": "/plugins/services-probe/notes"})),
+            ("vfs.read", json!({"path": "/plugins/services-probe/notes/missing.txt"})),
+            ("vfs.read", json!({"path": "/plugins/services-probe/notes"})),
+            ("vfs.write", json!({"path": "/plugins/other/x.txt", "content": "no"})),
+            ("vfs.write", json!({"path": "/etc/passwd", "content": "no"})),
+            ("vfs.write", json!({"path": "/plugins/services-probe/../../other/y.txt", "content": "no"})),
+            ("vfs.delete", json!({"path": "/plugins/services-probe/notes/a.txt"})),
+            ("vfs.delete", json!({"path": "/plugins/services-probe/notes/a.txt"})),
+            ("vfs.read", json!({"path": "/plugins/services-probe/notes/a.txt"})),
+            ("vfs.list", json!({"path": "/plugins"})),
+        ],
+    );
+    assert_eq!(r[0], json!({"ok": "/plugins/services-probe/notes/a.txt"}));
+    assert_eq!(r[1], json!({"ok": "/plugins/services-probe/notes/b.txt"}), "the normal form");
+    assert_eq!(r[2], json!({"ok": "alpha"}));
+    assert_eq!(r[3], json!({"ok": ["a.txt", "b.txt"]}));
+    assert_eq!(r[4], json!({"ok": null}));
+    assert_eq!(r[5], json!({"ok": null}), "a directory is not a file");
+    for refused in &r[6..9] {
+        let e = err_of(refused);
+        assert!(e.contains("may only write below /plugins/services-probe"), "{e}");
+    }
+    assert_eq!(r[9], json!({"ok": true}));
+    assert_eq!(r[10], json!({"ok": false}), "nothing left to delete");
+    assert_eq!(r[11], json!({"ok": null}));
+    assert_eq!(r[12], json!({"ok": ["services-probe"]}), "nothing was written outside its subtree");
+}
+
+#[test]
+fn the_storage_service_keeps_global_and_per_agent_values_apart() {
+    let probe = Probe::new();
+    let r = probe.calls(
+        Some("agent-1"),
+        &[
+            ("storage.set", json!({"scope": "global", "key": "k", "value": {"n": 1}})),
+            ("storage.set", json!({"scope": "session", "key": "k", "value": "one's"})),
+            ("storage.get", json!({"scope": "global", "key": "k"})),
+            ("storage.get", json!({"scope": "session", "key": "k"})),
+            ("storage.get", json!({"scope": "global", "key": "absent"})),
+        ],
+    );
+    assert_eq!(
+        &r[..],
+        [
+            json!({"ok": null}),
+            json!({"ok": null}),
+            json!({"ok": {"n": 1}}),
+            json!({"ok": "one's"}),
+            json!({"ok": null})
+        ]
+    );
+    let r = probe.calls(
+        Some("agent-2"),
+        &[
+            ("storage.get", json!({"scope": "session", "key": "k"})),
+            ("storage.get", json!({"scope": "global", "key": "k"})),
+            ("storage.delete", json!({"scope": "global", "key": "k"})),
+            ("storage.delete", json!({"scope": "global", "key": "k"})),
+        ],
+    );
+    assert_eq!(r[0], json!({"ok": null}), "another agent's session is its own");
+    assert_eq!(r[1], json!({"ok": {"n": 1}}), "global is shared by agents");
+    assert_eq!((&r[2], &r[3]), (&json!({"ok": true}), &json!({"ok": false})));
+    let r = probe.calls(
+        None,
+        &[
+            ("storage.get", json!({"scope": "session", "key": "k"})),
+            ("storage.get", json!({"scope": "global", "key": "k"})),
+        ],
+    );
+    assert!(err_of(&r[0]).contains("`session` scope needs an agent"), "{}", r[0]);
+    assert_eq!(r[1], json!({"ok": null}));
+    let r = probe.calls(Some("agent-1"), &[("storage.get", json!({"scope": "session", "key": "k"}))]);
+    assert_eq!(r[0], json!({"ok": "one's"}), "agent-1's value survived the others' calls");
+}
+
+#[test]
+fn the_trigger_service_creates_merges_and_deletes() {
+    let probe = Probe::new();
+    let trigger = json!({"id": "t1", "type": "interval", "interval_seconds": 60, "payload": {"a": 1, "b": 2}});
+    let r = probe.calls(
+        None,
+        &[
+            ("trigger.create", json!({"trigger": trigger})),
+            ("trigger.get", json!({"id": "t1"})),
+            ("trigger.update", json!({"id": "t1", "patch": {"payload": {"b": null, "c": 3}, "priority": 5}})),
+            ("trigger.list", json!({})),
+            ("trigger.get", json!({"id": "nope"})),
+            ("trigger.create", json!({"trigger": "not an object"})),
+        ],
+    );
+    assert_eq!(r[0], json!({"ok": "t1"}));
+    let got = &r[1]["ok"];
+    assert_eq!(
+        (&got["id"], &got["plugin"], &got["payload"]),
+        (&json!("t1"), &json!("services-probe"), &json!({"a": 1, "b": 2}))
+    );
+    let updated = &r[2]["ok"];
+    assert_eq!(updated["payload"], json!({"a": 1, "c": 3}), "merged, not replaced: {updated}");
+    assert_eq!((&updated["priority"], &updated["interval_seconds"]), (&json!(5), &json!(60)));
+    assert_eq!(r[3]["ok"].as_array().unwrap().len(), 1);
+    assert_eq!(r[3]["ok"][0]["payload"], json!({"a": 1, "c": 3}));
+    assert_eq!(r[4], json!({"ok": null}));
+    assert!(err_of(&r[5]).contains("must be a JSON object"), "{}", r[5]);
+    let r = probe.calls(None, &[("trigger.delete", json!({"id": "t1"})), ("trigger.delete", json!({"id": "t1"}))]);
+    assert_eq!((&r[0], &r[1]), (&json!({"ok": true}), &json!({"ok": false})));
+}
+
+#[test]
+fn services_persist_across_ctxhost_processes() {
+    let probe = Probe::new();
+    let r = probe.calls(
+        Some("a1"),
+        &[
+            ("config.set", json!({"key": "GREETING", "value": "bonjour"})),
+            ("vfs.write", json!({"path": "/plugins/services-probe/kept.txt", "content": "still here"})),
+            ("storage.set", json!({"scope": "session", "key": "s", "value": [1, 2]})),
+            ("trigger.create", json!({"trigger": {"id": "later", "type": "event", "event_name": "wake"}})),
+        ],
+    );
+    assert!(r.iter().all(|x| x.get("ok").is_some()), "{r:?}");
+    let r = probe.calls(
+        Some("a1"),
+        &[
+            ("config.get", json!({"key": "GREETING"})),
+            ("vfs.read", json!({"path": "/plugins/services-probe/kept.txt"})),
+            ("storage.get", json!({"scope": "session", "key": "s"})),
+            ("trigger.get", json!({"id": "later"})),
+        ],
+    );
+    assert_eq!(r[0], json!({"ok": "bonjour"}));
+    assert_eq!(r[1], json!({"ok": "still here"}));
+    assert_eq!(r[2], json!({"ok": [1, 2]}));
+    assert_eq!(r[3]["ok"]["event_name"], "wake");
+}
+
+#[test]
+fn agent_hook_replies_are_checked_and_not_implemented_is_pass() {
+    let probe = Probe::new();
+    let home = probe.home();
+    let a = hook_in(&home, &probe.dir, "health_check", &json!({})).success();
+    assert_eq!(crate::util::reply(&a), json!({"action": "pass"}), "not-implemented is a pass");
+    let a = hook_in(&home, &probe.dir, "message_received", &json!({"text": "{\"text\":\"hi\"}", "origin": "user"}));
+    assert_eq!(crate::util::reply(&a.success()), json!({"text": "hi"}), "the reply JSON as the plugin wrote it");
+    let a = hook_in(&home, &probe.dir, "message_received", &json!({"text": "plain words", "origin": "user"})).failure();
+    let err = crate::util::stderr(&a);
+    assert!(err.contains("'services-probe' answered `message_received` with text that is not JSON"), "{err}");
+    let a = hook_in(&home, &probe.dir, "tool_call_pre", &json!({"name": "x", "args": {}})).failure();
+    assert_eq!(
+        crate::util::stderr(&a),
+        "error: plugin 'services-probe' has no `tool_call_pre` hook \
+         (it declares: message_received, health_check, communicate)\n"
+    );
+}
+
+#[test]
+fn a_bad_describe_agent_is_a_load_error_naming_the_plugin() {
+    for (describe, expected) in [
+        ("{oops", "describe-agent reply is not JSON"),
+        ("[1]", "must be a JSON object, not an array"),
+        (r#"{"hooks":["ingest"]}"#, "lists `ingest`, a context hook"),
+        (r#"{"hooks":["tool_call_pr"]}"#, "`tool_call_pr`, which is not an agent-loop hook"),
+        (r#"{"hooks":[],"tools":[{"name":"t","parameters":7}]}"#, "tools[0].parameters"),
+    ] {
+        let root = tempfile::tempdir().unwrap();
+        let env = format!("[sandbox.env]\nPROBE_DESCRIBE = '{describe}'\n");
+        let dir = probe_plugin(root.path(), &env);
+        let a = hook_in(&root.path().join("home"), &dir, "communicate", &json!({"payload": {}})).failure();
+        let err = crate::util::stderr(&a);
+        assert!(err.contains("plugin 'services-probe'") && err.contains(expected), "{describe}: {err}");
+    }
+}
+
+#[test]
+fn a_guest_looping_on_service_calls_still_dies_at_its_deadline() {
+    let probe = Probe::new();
+    let started = std::time::Instant::now();
+    let a = crate::util::ctxhost()
+        .arg("--home")
+        .arg(probe.home())
+        .args(["hook", probe.dir.to_str().unwrap(), "communicate", "--timeout-secs", "1"])
+        .write_stdin(json!({"payload": {"spin": true}}).to_string())
+        .assert()
+        .failure();
+    assert_eq!(crate::util::stderr(&a), "error: component plugin deadline of 1000 ms exceeded\n");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+}
+
+#[test]
+fn context_only_components_still_load_and_refuse_agent_hooks() {
+    let p = crate::util::example("recall");
+    let turn = json!({"agent_id": "a", "messages": [{"role": "user", "content": "My garden has tomatoes"}]});
+    assert_eq!(crate::util::reply(&hook_in(&p.home, &p.dir, "after_turn", &turn).success()), json!({"type": "ok"}));
+    let a = hook_in(&p.home, &p.dir, "ingest", &json!({"agent_id": "a", "message": "the garden?"})).success();
+    assert_eq!(crate::util::reply(&a)["memories"][0]["content"], "My garden has tomatoes");
+    let a = hook_in(&p.home, &p.dir, "tool_call_pre", &json!({"name": "shell_exec", "args": {}})).failure();
+    assert_eq!(
+        crate::util::stderr(&a),
+        "error: plugin 'recall' has no `tool_call_pre` hook (it declares: ingest, after_turn)\n"
+    );
+    // Called directly, past the declared-hook check: refused, naming the world it lacks.
+    let runner = ComponentRunner::load(
+        "redact",
+        &component("redact"),
+        Limits::default(),
+        Default::default(),
+        p.root.path().join("kv"),
+        None,
+    )
+    .unwrap();
+    assert!(!runner.is_agent_plugin() && runner.agent_decl().is_none());
+    let req = HookRequest::from_json(HookName::ToolCallPre, json!({"name": "x", "args": {}})).unwrap();
+    let err = runner.call_sync(&req).unwrap_err().to_string();
+    assert!(err.contains("'redact' is a context-only component") && err.contains("agent-plugin"), "{err}");
+}
+
+/// Engine calls for the services: `trigger_append` waits a little before
+/// tagging the trigger (so the service call has to wait on the runtime),
+/// `read_symbolic` computes `<owner>:<path>`, or never answers for `/hang`.
+struct SlowHost;
+
+impl ctxhost::agent::services::HostCalls for SlowHost {
+    fn config_changed(&self, _plugin: &str, _change: ctxhost::agent::config::Change) {}
+
+    fn trigger_append(
+        &self,
+        _from: Option<&str>,
+        mut trigger: serde_json::Map<String, serde_json::Value>,
+    ) -> ctxhost::runner::BoxFuture<'_, Result<serde_json::Value, String>> {
+        Box::pin(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+            trigger.insert("appended".into(), json!(true));
+            Ok(serde_json::Value::Object(trigger))
+        })
+    }
+
+    fn read_symbolic(&self, owner: &str, path: &str) -> ctxhost::runner::BoxFuture<'_, Result<String, String>> {
+        let (owner, path) = (owner.to_owned(), path.to_owned());
+        Box::pin(async move {
+            if path.ends_with("/hang") {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            Ok(format!("{owner}:{path}"))
+        })
+    }
+}
+
+#[test]
+fn service_calls_that_wait_finish_on_the_runtime_within_the_deadline() {
+    use ctxhost::agent::services::{ConfigView, HostCalls, PluginServices, SharedServices};
+    use ctxhost::runner::Runner;
+    let root = tempfile::tempdir().unwrap();
+    let shared = SharedServices::open(&root.path().join("agent")).unwrap();
+    let host: std::sync::Arc<dyn HostCalls> = std::sync::Arc::new(SlowHost);
+    shared.connect(std::sync::Arc::downgrade(&host));
+    for node in ["/plugins/other/computed", "/plugins/other/hang"] {
+        shared.vfs().write_symbolic(ctxhost::agent::vfs::Writer::Plugin("other"), node, false).unwrap();
+    }
+    let limits = Limits { timeout_ms: 1_000, ..Limits::default() };
+    let runner = ComponentRunner::load(
+        "services-probe",
+        &component("services_probe"),
+        limits,
+        Default::default(),
+        root.path().join("kv"),
+        None,
+    )
+    .unwrap();
+    let handle = ctxhost::runner::wasm::component::ComponentHandle(std::sync::Arc::new(runner));
+    let communicate = |calls: serde_json::Value| {
+        HookRequest::from_json(HookName::Communicate, json!({"payload": {"calls": calls}, "agent_id": "a"})).unwrap()
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let options = ctxhost::runner::CallOptions::default();
+
+    let without =
+        rt.block_on(handle.call(&communicate(json!([{"method": "config.get", "params": {"key": "LIMIT"}}])), &options));
+    assert_eq!(without.unwrap(), json!({"results": [{"err": "no host services are attached to this plugin"}]}));
+
+    let schema =
+        ctxhost::manifest::AgentDecl::from_json(&json!({"config": [{"key": "LIMIT", "type": "int", "default": 3}]}))
+            .unwrap()
+            .config;
+    let services = PluginServices::open(shared.clone(), "services-probe", schema, ConfigView::default()).unwrap();
+    handle.attach_services(std::sync::Arc::new(services));
+    // On the engine's multi-thread runtime and on `ctxhost hook`'s current-thread one.
+    let current = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    for (i, rt) in [&rt, &current].into_iter().enumerate() {
+        let id = format!("w{i}");
+        let calls = json!([
+            {"method": "config.get", "params": {"key": "LIMIT"}},
+            {"method": "trigger.create", "params": {"trigger": {"id": id, "type": "event", "event_name": "e"}}},
+            {"method": "trigger.get", "params": {"id": id}},
+            {"method": "vfs.read", "params": {"path": "/plugins/other/computed"}},
+        ]);
+        let reply = rt.block_on(handle.call(&communicate(calls), &options)).unwrap();
+        let r = &reply["results"];
+        assert_eq!(r[0], json!({"ok": 3}));
+        assert_eq!(r[1], json!({"ok": id}));
+        assert_eq!(r[2]["ok"]["appended"], true, "the trigger_append chain ran before it was stored: {reply}");
+        assert_eq!(r[3], json!({"ok": "other:/plugins/other/computed"}), "computed by its owner");
+
+        let started = std::time::Instant::now();
+        let hang = communicate(json!([{"method": "vfs.read", "params": {"path": "/plugins/other/hang"}}]));
+        // The service call gives up at the deadline; the guest then either
+        // finishes with that error or is stopped by its own deadline.
+        match rt.block_on(handle.call(&hang, &options)) {
+            Ok(reply) => assert!(err_of(&reply["results"][0]).contains("outlived the hook's deadline"), "{reply}"),
+            Err(e) => assert_eq!(e.to_string(), "component plugin deadline of 1000 ms exceeded"),
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(3), "{:?}", started.elapsed());
+    }
+}

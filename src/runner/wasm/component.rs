@@ -159,36 +159,42 @@ impl ServiceCall {
     /// One dispatcher call, its JSON result or the refusal's text.
     ///
     /// Most service calls finish without waiting (their stores are in
-    /// memory behind short locks), so the future is polled once first; one
+    /// memory behind short locks), so the future is polled once, here. One
     /// that waits (a symbolic read or a `trigger_append` chain running other
-    /// plugins) is finished on the captured runtime, bounded by the call's
-    /// deadline. This runs on a blocking-pool thread (or the caller's own,
-    /// for `call_sync`), never on a runtime worker.
+    /// plugins) is finished as a task on the captured runtime while this
+    /// thread waits for it, bounded by the call's deadline: that never blocks
+    /// a runtime worker nor panics, whichever thread the call runs on. Without
+    /// a runtime (a `call_sync` outside one) a small one is made for it.
     fn dispatch(&self, method: &str, params: Value) -> Result<Value, String> {
         use std::future::Future;
         use std::task::{Context, Poll, Waker};
         let Some(services) = self.services.clone() else { return Err(NO_SERVICES.to_owned()) };
-        let context = self.context.clone();
-        let mut call = Box::pin(async move { services.dispatch(method, params, &context).await });
+        let (context, name) = (self.context.clone(), method.to_owned());
+        let mut call = Box::pin(async move { services.dispatch(&name, params, &context).await });
         let first = {
             let _entered = self.runtime.as_ref().map(tokio::runtime::Handle::enter);
             call.as_mut().poll(&mut Context::from_waker(Waker::noop()))
         };
-        let result = match first {
-            Poll::Ready(r) => r,
-            Poll::Pending => {
-                let left = self.deadline.saturating_duration_since(Instant::now());
-                let bounded = async move { tokio::time::timeout(left, call).await };
-                let finished = match &self.runtime {
-                    Some(rt) => rt.block_on(bounded),
-                    None => tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .map_err(|e| format!("cannot run the service call: {e}"))?
-                        .block_on(bounded),
-                };
-                finished.map_err(|_| format!("the service call `{method}` outlived the hook's deadline"))?
+        let late = || format!("the service call `{method}` outlived the hook's deadline");
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let result = match (first, &self.runtime) {
+            (Poll::Ready(r), _) => r,
+            (Poll::Pending, Some(rt)) => {
+                let (tx, rx) = std::sync::mpsc::sync_channel(1);
+                rt.spawn(async move {
+                    let _ = tx.send(tokio::time::timeout(left, call).await);
+                });
+                match rx.recv_timeout(left + TICK * 50) {
+                    Ok(Ok(r)) => r,
+                    Ok(Err(_)) | Err(_) => return Err(late()),
+                }
             }
+            (Poll::Pending, None) => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot run the service call `{method}`: {e}"))?
+                .block_on(async move { tokio::time::timeout(left, call).await })
+                .map_err(|_| late())?,
         };
         result.map_err(|e| e.message)
     }
@@ -759,7 +765,7 @@ impl ComponentRunner {
                 }
             }
             HookRequest::OnEvent(_) => Ok(json!({"type": "ok"})),
-            HookRequest::Agent(r) => self.call_agent(r, timeout_ms, env()),
+            HookRequest::Agent(r) => self.call_agent(request, r.hook, timeout_ms, env()),
         }
     }
 
@@ -767,11 +773,11 @@ impl ComponentRunner {
     /// as its JSON line, the reply JSON text parsed.
     fn call_agent(
         &self,
-        request: &crate::protocol::AgentRequest,
+        request: &HookRequest,
+        hook: HookName,
         timeout_ms: u64,
         env: CallEnv,
     ) -> Result<Value, HookError> {
-        let hook = request.hook;
         let Some(agent) = &self.agent else {
             return Err(HookError::Unsupported(format!(
                 "plugin '{}' is a context-only component (world `context-plugin`): it has no agent-loop hooks, \
@@ -782,7 +788,7 @@ impl ComponentRunner {
         if !self.hooks.contains(&hook) {
             return Err(HookError::not_declared(&self.name, hook, self.hooks.iter().copied()));
         }
-        let line = serde_json::to_string(&HookRequest::Agent(request.clone()))
+        let line = serde_json::to_string(request)
             .map_err(|e| HookError::Component(format!("cannot serialise the `{hook}` request: {e}")))?;
         let reply = self.with_instance(timeout_ms, env, |instance, store| {
             agent.indices.load(&mut *store, instance)?.call_handle(store, hook.as_str(), &line)
