@@ -559,3 +559,35 @@ fn reloading_an_agent_plugin_swaps_it_and_disabling_takes_it_out() {
     assert_eq!(say(), "hi", "out of the loop");
     assert!(d.stop().0);
 }
+
+#[test]
+fn every_mutating_agent_route_needs_the_token() {
+    let site = Site::new();
+    site.python("watcher", "[agent_config]\nLIMIT = { type = \"int\", default = 3 }\n", &[("config_changed", "log(req)")]);
+    let d = Daemon::start(site.home(), &["--token", "s3cret"], &[]);
+    for (method, path, body) in [
+        ("POST", "/api/agents/a1/messages", r#"{"text":"x"}"#),
+        ("POST", "/api/agents/a1/tools/t", "{}"),
+        ("POST", "/api/agent-hooks/tool_call_pre", "{}"),
+        ("PUT", "/api/plugins/watcher/config", r#"{"values":{"LIMIT":1}}"#),
+        ("POST", "/api/triggers", r#"{"id":"t","type":"interval","interval_seconds":5}"#),
+        ("PATCH", "/api/triggers/t", "{}"),
+        ("DELETE", "/api/triggers/t", ""),
+        ("POST", "/api/events/e", "{}"),
+        ("POST", "/faust/plugins/watcher/communicate", "{}"),
+    ] {
+        assert_eq!(d.send(method, path, Some(body)).status, 401, "{method} {path}");
+    }
+    assert_eq!(d.get("/api/plugins/watcher/config").json()["values"], json!({"LIMIT": 3}), "nothing changed");
+    assert_eq!(d.get("/api/triggers").json(), json!([]));
+    assert_eq!(d.get("/api/tools").status, 200, "reads need no token");
+    let r = crate::util::http::request(
+        &d.addr,
+        "PUT",
+        "/api/plugins/watcher/config",
+        Some(r#"{"values":{"LIMIT":1}}"#),
+        &[("Authorization", "Bearer s3cret")],
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(d.stop().0);
+}
