@@ -563,7 +563,11 @@ fn reloading_an_agent_plugin_swaps_it_and_disabling_takes_it_out() {
 #[test]
 fn every_mutating_agent_route_needs_the_token() {
     let site = Site::new();
-    site.python("watcher", "[agent_config]\nLIMIT = { type = \"int\", default = 3 }\n", &[("config_changed", "log(req)")]);
+    site.python(
+        "watcher",
+        "[agent_config]\nLIMIT = { type = \"int\", default = 3 }\n",
+        &[("config_changed", "log(req)")],
+    );
     let d = Daemon::start(site.home(), &["--token", "s3cret"], &[]);
     for (method, path, body) in [
         ("POST", "/api/agents/a1/messages", r#"{"text":"x"}"#),
