@@ -373,10 +373,12 @@ impl PluginServices {
             "trigger.list" => Ok(json!(self.shared.triggers().list())),
             "trigger.update" => {
                 let id = str_param(&p, "id")?;
-                let patch = match p.get("patch").or_else(|| p.get("changes")) {
+                let mut patch = match p.get("patch").or_else(|| p.get("changes")) {
                     Some(Value::Object(m)) => m.clone(),
                     _ => return Err(ServiceError::params("`patch` must be an object")),
                 };
+                // The owner is the host's record, not the plugin's to change.
+                patch.remove("plugin");
                 let mut triggers = self.shared.triggers();
                 self.check_owner(&triggers, id)?;
                 triggers.update(id, &patch).map(|t| Value::Object(t.clone())).map_err(ServiceError::service)
@@ -480,3 +482,60 @@ pub const METHODS: [&str; 18] = [
     "storage.delete",
     "log",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_plugins() -> (tempfile::TempDir, PluginServices, PluginServices) {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = SharedServices::open(dir.path()).unwrap();
+        let a = PluginServices::open(shared.clone(), "a", Vec::new(), ConfigView::default()).unwrap();
+        let b = PluginServices::open(shared, "b", Vec::new(), ConfigView::default()).unwrap();
+        (dir, a, b)
+    }
+
+    fn run(p: &PluginServices, method: &str, params: Value) -> Result<Value, ServiceError> {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(p.dispatch(method, params, &CallContext { agent_id: Some("agent-1".into()) }))
+    }
+
+    #[test]
+    fn a_plugin_changes_only_its_own_triggers_and_cannot_give_them_away() {
+        let (_dir, a, b) = two_plugins();
+        let t = json!({"trigger": {"id": "t", "type": "interval", "interval_seconds": 5, "plugin": "b"}});
+        assert_eq!(run(&a, "trigger.create", t).unwrap(), json!("t"));
+        assert_eq!(run(&b, "trigger.get", json!({"id": "t"})).unwrap()["plugin"], "a", "the host records the owner");
+        let err = run(&b, "trigger.delete", json!({"id": "t"})).unwrap_err();
+        assert!(err.message.contains("belongs to plugin 'a'"), "{err}");
+        let err = run(&b, "trigger.create", json!({"id": "t", "type": "event", "event_name": "x"})).unwrap_err();
+        assert!(err.message.contains("belongs to plugin 'a'"), "no upsert over another's trigger: {err}");
+        let out = run(&a, "trigger.update", json!({"id": "t", "patch": {"plugin": "b", "priority": 3}})).unwrap();
+        assert_eq!((&out["plugin"], &out["priority"]), (&json!("a"), &json!(3)));
+    }
+
+    #[test]
+    fn storage_scopes_config_register_and_unknown_methods() {
+        let (_dir, a, b) = two_plugins();
+        run(&a, "storage.set", json!({"key": "k", "value": 1})).unwrap();
+        run(&a, "storage.set", json!({"key": "k", "value": 2, "scope": "session"})).unwrap();
+        assert_eq!(run(&a, "storage.get", json!({"key": "k"})).unwrap(), json!(1));
+        assert_eq!(run(&a, "storage.get", json!({"key": "k", "scope": "session"})).unwrap(), json!(2));
+        let other = json!({"key": "k", "scope": "session", "agent_id": "agent-2"});
+        assert_eq!(run(&a, "storage.get", other).unwrap(), Value::Null);
+        assert_eq!(run(&b, "storage.get", json!({"key": "k"})).unwrap(), Value::Null, "per plugin");
+        let err = run(&a, "storage.get", json!({"key": "k", "scope": "forever"})).unwrap_err();
+        assert_eq!(err.code, code::INVALID_PARAMS);
+
+        let values = run(&a, "config.register", json!({"schema": ["LIMIT:int:Limit=3", "NAME:str"]})).unwrap();
+        assert_eq!(values, json!({"LIMIT": 3, "NAME": null}));
+        assert_eq!(run(&a, "config.set", json!({"key": "LIMIT", "value": "9"})).unwrap(), json!(9));
+        let err = run(&a, "config.set", json!({"key": "LIMT", "value": 1})).unwrap_err();
+        assert!(err.message.contains("did you mean `LIMIT`"), "{err}");
+
+        let err = run(&a, "vfs.wirte", json!({})).unwrap_err();
+        assert_eq!(err.code, code::METHOD_NOT_FOUND);
+        assert!(err.message.contains("did you mean `vfs.write`"), "{err}");
+        assert_eq!(run(&a, "vfs.list", json!([1])).unwrap_err().code, code::INVALID_PARAMS);
+    }
+}
