@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::manifest::{MANIFEST_FILE, Runtime};
+use crate::manifest::Runtime;
 use crate::plugin::{LoadContext, load_plugin, load_script_plugin};
 use crate::runner::process::{Launcher, find_on_path, probe, runtime_info};
 
@@ -93,7 +93,7 @@ pub fn sandbox_status(cx: &LoadContext<'_>) -> SandboxStatus {
     }
 }
 
-/// Directories under `plugins_dir` that hold a plugin.toml, sorted by name.
+/// Directories under `plugins_dir` that hold a plugin.toml or a plugin.json, sorted by name.
 pub fn plugin_dirs(plugins_dir: &Path) -> Vec<std::path::PathBuf> {
     let Ok(entries) = std::fs::read_dir(plugins_dir) else { return Vec::new() };
     let mut dirs: Vec<_> = entries
@@ -101,7 +101,7 @@ pub fn plugin_dirs(plugins_dir: &Path) -> Vec<std::path::PathBuf> {
         // Dot-named entries are staging dirs of `ctxhost new` / `plugin install`.
         .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
         .map(|e| e.path())
-        .filter(|p| p.join(MANIFEST_FILE).is_file())
+        .filter(|p| crate::faust::is_plugin_dir(p))
         .collect();
     dirs.sort();
     dirs

@@ -49,6 +49,7 @@ pub mod cli;
 pub mod config;
 pub mod doctor;
 pub mod engine;
+pub mod faust;
 mod hint;
 pub mod home;
 pub mod metrics;

@@ -34,6 +34,10 @@ pub enum LoadError {
     Component(#[from] crate::runner::HookError),
     #[error(transparent)]
     Sandbox(#[from] process::sandbox::SandboxError),
+    #[error(transparent)]
+    PluginJson(#[from] crate::faust::PluginJsonError),
+    #[error("the FaustBot shim: {0}")]
+    Shim(String),
 }
 
 /// What loading needs from the host.
@@ -66,7 +70,7 @@ pub fn load_script_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<(ProcessRu
 /// Applies the operator's grant to a plugin's settings: afterwards
 /// `allow_network`, `allow_filesystem`, `readable_paths` and `writable_paths`
 /// are the effective privileges, the only ones anything may act on.
-fn granted(mut loaded: manifest::Loaded, cx: &LoadContext<'_>) -> manifest::Loaded {
+pub(crate) fn granted(mut loaded: manifest::Loaded, cx: &LoadContext<'_>) -> manifest::Loaded {
     let warnings = crate::registry::grants::enforce(cx.home, &loaded.manifest.name, &mut loaded.manifest.settings);
     loaded.warnings.extend(warnings);
     loaded
@@ -74,7 +78,7 @@ fn granted(mut loaded: manifest::Loaded, cx: &LoadContext<'_>) -> manifest::Load
 
 /// Whether a script plugin may run on its own virtual environment.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Venv {
+pub(crate) enum Venv {
     /// A plugin: its venv when it has one (python only).
     OfPlugin,
     /// Manual hooks of the config file: none.
@@ -92,10 +96,28 @@ pub fn load_manual_hooks(hooks: &toml::Table, cx: &LoadContext<'_>) -> Result<(P
     script_runner(Manifest::from_manual_hooks(cx.home.config_file(), "hooks", hooks, &lookup)?, cx, Venv::No)
 }
 
+/// Files of the host a script plugin's hooks run with: arguments put before
+/// the hook script on the launcher's command line (the FaustBot shim's
+/// worker) and directories they must be able to read under the sandbox.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HostFiles {
+    pub launcher_args: Vec<std::ffi::OsString>,
+    pub readable: Vec<PathBuf>,
+}
+
 fn script_runner(
     loaded: manifest::Loaded,
     cx: &LoadContext<'_>,
     venv: Venv,
+) -> Result<(ProcessRunner, Vec<String>), LoadError> {
+    script_runner_with(loaded, cx, venv, &HostFiles::default())
+}
+
+pub(crate) fn script_runner_with(
+    loaded: manifest::Loaded,
+    cx: &LoadContext<'_>,
+    venv: Venv,
+    host_files: &HostFiles,
 ) -> Result<(ProcessRunner, Vec<String>), LoadError> {
     let manifest::Loaded { manifest, mut warnings } = loaded;
     if manifest.settings.runtime == Runtime::Wasm {
@@ -109,11 +131,15 @@ fn script_runner(
     let data_dir = cx.home.data_dir(&manifest.name);
     let caches = (!manifest.settings.allow_filesystem).then_some(data_dir.as_path());
     let env = env_plan(&manifest, cx, config_file.as_deref(), venv.as_deref(), caches);
-    let launcher = match &venv {
+    let mut launcher = match &venv {
         Some(venv) => process::Launcher::Program { program: crate::registry::venv::python(venv), args: Vec::new() },
         None => process::resolve_launcher(&manifest.settings.runtime, &manifest.dir, env.base(), &cx.home.cache_dir()),
     };
-    let (confinement, sandbox_warnings) = confinement(&manifest, cx, &launcher, venv.as_deref(), &data_dir)?;
+    if let process::Launcher::Program { args, .. } = &mut launcher {
+        args.extend(host_files.launcher_args.iter().cloned());
+    }
+    let (confinement, sandbox_warnings) =
+        confinement(&manifest, cx, &launcher, venv.as_deref(), &data_dir, &host_files.readable)?;
     warnings.extend(sandbox_warnings);
     Ok((ProcessRunner::new(ProcessPlugin { manifest, launcher, env, confinement }), warnings))
 }
@@ -128,6 +154,7 @@ fn confinement(
     launcher: &process::Launcher,
     venv: Option<&Path>,
     data_dir: &Path,
+    host_readable: &[PathBuf],
 ) -> Result<(process::sandbox::Confinement, Vec<String>), LoadError> {
     // From the host's environment, never the plugin's `[env]`: a manifest
     // the plugin can rewrite must not be able to make paths readable.
@@ -137,6 +164,7 @@ fn confinement(
         .filter_map(|name| var(name))
         .flat_map(|v| std::env::split_paths(&v).collect::<Vec<_>>())
         .filter(|p| p.is_absolute())
+        .chain(host_readable.iter().cloned())
         .collect();
     let home = var("HOME").map(PathBuf::from);
     let program = match launcher {
@@ -256,6 +284,8 @@ pub struct LoadedPlugin {
     /// Agent-loop declarations: the manifest's for scripts, `describe-agent`
     /// for components.
     pub agent: crate::manifest::AgentDecl,
+    /// A FaustBot plugin's plugin.json (its permissions and priority).
+    pub faust: Option<std::sync::Arc<crate::faust::PluginJson>>,
     pub warnings: Vec<String>,
 }
 
@@ -267,6 +297,9 @@ pub struct LoadedPlugin {
 /// As [`load_script_plugin`]; for a component also a compile, link or
 /// `describe` failure.
 pub fn load_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, LoadError> {
+    if crate::faust::is_faust_plugin(dir) {
+        return crate::faust::load(dir, cx);
+    }
     let lookup = |var: &str| (cx.host_env)(var).map(|v| v.to_string_lossy().into_owned());
     let loaded = granted(Manifest::load_with_env(dir, &lookup)?, cx);
     match loaded.manifest.component.clone() {
@@ -290,6 +323,7 @@ pub fn load_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, Loa
                     runner,
                 ))),
                 agent,
+                faust: None,
                 settings: manifest.settings,
                 hooks,
                 warnings,
@@ -310,6 +344,7 @@ pub fn load_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, Loa
                 settings: manifest.settings.clone(),
                 hooks: runner.hooks().collect(),
                 agent: manifest.agent.clone(),
+                faust: None,
                 runner: std::sync::Arc::new(crate::runner::wasm::core_module::CoreModuleHandle(std::sync::Arc::new(
                     runner,
                 ))),
@@ -333,6 +368,7 @@ impl LoadedPlugin {
             settings: manifest.settings.clone(),
             hooks: manifest.hooks.keys().copied().collect(),
             agent: manifest.agent.clone(),
+            faust: None,
             runner: std::sync::Arc::new(runner),
             warnings,
         }

@@ -371,7 +371,7 @@ fn communicate_routes_by_id_with_faustbots_statuses() {
     assert_eq!((r.status, r.json()), (200, json!({"echo": {"q": 1}})));
     assert_eq!(d.post("/faust/plugins/talker/communicate", r#"{"bad":true}"#).status, 400);
     assert_eq!(d.post("/faust/plugins/nobody/communicate", "{}").status, 404);
-    assert_eq!(d.post("/faust/plugins/mute/communicate", "{}").status, 404, "no communicate hook");
+    assert_eq!(d.post("/faust/plugins/mute/communicate", "{}").status, 400, "no communicate hook");
     crate::util::ctxhost().arg("--home").arg(site.home()).args(["plugin", "disable", "talker"]).assert().success();
     let r = d.post("/faust/plugins/talker/communicate", r#"{"q":1}"#);
     assert_eq!(r.status, 503, "{}", r.body);

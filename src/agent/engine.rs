@@ -37,6 +37,8 @@ pub struct AgentPlugin {
     pub decl: AgentDecl,
     pub runner: Arc<dyn Runner>,
     pub services: Arc<PluginServices>,
+    /// A FaustBot plugin's plugin.json (permissions, priority).
+    pub faust: Option<Arc<crate::faust::PluginJson>>,
 }
 
 impl AgentPlugin {
@@ -60,12 +62,17 @@ impl AgentPlugin {
     /// one load into both the context stack and the agent loop).
     pub fn new(
         plugin: &LoadedPlugin,
-        source: PrioritySource,
         shared: &Arc<SharedServices>,
         home: &crate::home::Home,
     ) -> Result<AgentPlugin, ServiceError> {
         let services = super::attach_services(plugin, shared, home)?;
+        // plugin.json orders smaller first, plugin.toml larger first.
+        let source = match &plugin.faust {
+            Some(pj) => PrioritySource::Json(Some(pj.priority)),
+            None => PrioritySource::Toml(plugin.agent.priority),
+        };
         Ok(AgentPlugin {
+            faust: plugin.faust.clone(),
             order: decision::order_key(source),
             name: plugin.name.clone(),
             version: plugin.version.clone(),
@@ -120,6 +127,10 @@ pub struct AgentEngine {
     /// Per plugin, the queue its `config_changed` calls go through, one at a
     /// time and in the order of the sets.
     me: std::sync::Weak<AgentEngine>,
+    /// Plugins that failed to start (`register`), with the error.
+    failed: Mutex<std::collections::BTreeMap<String, String>>,
+    /// Whether each FaustBot plugin declares its dependencies.
+    deps_declared: Mutex<std::collections::BTreeMap<String, bool>>,
     config_queues: Mutex<std::collections::HashMap<String, ConfigQueue>>,
 }
 
@@ -167,6 +178,8 @@ impl AgentEngine {
         let (fired_tx, _) = tokio::sync::broadcast::channel(FIRED_KEPT);
         let engine = Arc::new_cyclic(|me| AgentEngine {
             me: me.clone(),
+            failed: Mutex::new(Default::default()),
+            deps_declared: Mutex::new(Default::default()),
             plugins: arc_swap::ArcSwap::from_pointee(plugins.into_iter().map(Arc::new).collect()),
             shared: shared.clone(),
             metrics,
@@ -191,23 +204,139 @@ impl AgentEngine {
         let shared = SharedServices::open(&cx.home.agent_dir())?;
         let mut warnings = Vec::new();
         let mut plugins = Vec::new();
+        let mut deps_declared = std::collections::BTreeMap::new();
         for name in crate::registry::installed(cx.home) {
-            if !crate::registry::is_enabled(cx.home, &name) {
+            let dir = cx.home.plugins_dir().join(&name);
+            if !crate::faust::is_plugin_dir(&dir) || !crate::registry::is_enabled(cx.home, &name) {
                 continue;
             }
-            match crate::plugin::load_plugin(&cx.home.plugins_dir().join(&name), cx) {
-                Ok(plugin) if AgentPlugin::takes_part(&plugin) => {
-                    let source = PrioritySource::Toml(plugin.agent.priority);
-                    match AgentPlugin::new(&plugin, source, &shared, cx.home) {
-                        Ok(p) => plugins.push(p),
-                        Err(e) => warnings.push(format!("plugin '{name}': host services: {e}")),
+            if crate::faust::is_faust_plugin(&dir) {
+                // Dependencies go in before the module is first imported.
+                match crate::faust::deps::prepare(&dir, cx) {
+                    Ok(prepared) => {
+                        deps_declared.insert(name.clone(), prepared.declared);
+                    }
+                    Err(e) => {
+                        warnings.push(format!("plugin '{name}' is left out of the agent loop: its dependencies: {e}"));
+                        continue;
                     }
                 }
+            }
+            match crate::plugin::load_plugin(&dir, cx) {
+                Ok(plugin) if AgentPlugin::takes_part(&plugin) => match AgentPlugin::new(&plugin, &shared, cx.home) {
+                    Ok(p) => plugins.push(p),
+                    Err(e) => warnings.push(format!("plugin '{name}': host services: {e}")),
+                },
                 Ok(_) => {}
                 Err(e) => warnings.push(format!("plugin '{name}' is left out of the agent loop: {e}")),
             }
         }
-        Ok((AgentEngine::new(plugins, shared.clone(), metrics), warnings))
+        let engine = AgentEngine::new(plugins, shared.clone(), metrics);
+        engine.deps_declared.lock().unwrap_or_else(|p| p.into_inner()).extend(deps_declared);
+        Ok((engine, warnings))
+    }
+
+    /// Records whether plugin `name` declares its dependencies (for the hint
+    /// when its imports fail).
+    pub fn set_deps_declared(&self, name: &str, declared: bool) {
+        self.deps_declared.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), declared);
+    }
+
+    /// Starts the plugins that register at run time (the `register` hook:
+    /// FaustBot plugins load, start and say what they register). One that
+    /// fails is taken out of the loop and its error kept ([`failed`]);
+    /// the others go on. Returns a warning per failure and refusal.
+    ///
+    /// [`failed`]: AgentEngine::failed
+    pub async fn start(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        for p in self.plugins().iter().filter(|p| p.hooks.contains(&HookName::Register)) {
+            match self.register(p).await {
+                Ok(registered) => {
+                    warnings.extend(refusal_warnings(&registered));
+                    self.swap(&p.name, Some(registered));
+                }
+                Err(e) => {
+                    warnings.push(format!("plugin '{}' failed to start and is left out: {e}", p.name));
+                    self.swap(&p.name, None);
+                    p.runner.shutdown().await;
+                    self.failed.lock().unwrap_or_else(|p| p.into_inner()).insert(p.name.clone(), e);
+                }
+            }
+        }
+        warnings
+    }
+
+    /// Plugins that failed to start, with their error.
+    pub fn failed(&self) -> std::collections::BTreeMap<String, String> {
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Asks `plugin` to start and register (`register` hook): the plugin as
+    /// registered — the hooks it implements, its tools (only those its
+    /// `permissions` allow, for a FaustBot plugin), schedules, frontend,
+    /// prompt suffix; what was refused is in `decl.refused`.
+    ///
+    /// # Errors
+    /// The call failed (an import error gets a hint about declaring
+    /// dependencies), or the reply is not a registration.
+    pub async fn register(&self, plugin: &AgentPlugin) -> Result<AgentPlugin, String> {
+        let reply = self.call(plugin, HookName::Register, Map::new()).await.map_err(|e| {
+            let declared = self.deps_declared.lock().unwrap_or_else(|p| p.into_inner()).get(&plugin.name).copied();
+            if (e.contains("ModuleNotFoundError") || e.contains("ImportError")) && declared == Some(false) {
+                format!(
+                    "{e}; its imports failed and its dependencies could not be read without running it: \
+                     list them in a requirements.txt beside plugin.json"
+                )
+            } else {
+                e
+            }
+        })?;
+        let mut decl = AgentDecl::from_json(&reply).map_err(|e| format!("its registration: {e}"))?;
+        let mut hooks: BTreeSet<HookName> = reply
+            .get("hooks")
+            .and_then(Value::as_array)
+            .map(|names| names.iter().filter_map(|n| n.as_str()?.parse().ok()).collect())
+            .unwrap_or_default();
+        hooks.retain(|h| h.is_agent() && plugin.hooks.contains(h));
+        if let Some(pj) = &plugin.faust {
+            let (allowed, refused): (Vec<ToolSpec>, Vec<ToolSpec>) =
+                decl.tools.into_iter().partition(|t| pj.permits("tool", &t.name));
+            decl.tools = allowed;
+            for t in refused {
+                decl.refused.push(json!({"kind": "tool", "name": t.name, "reason": format!(
+                    "plugin.json `permissions` does not list \"tool:{}\"", t.name)}));
+            }
+            let middlewares = reply.get("middlewares").and_then(Value::as_array).cloned().unwrap_or_default();
+            for m in middlewares.iter().filter_map(Value::as_str).filter(|m| !pj.permits("middleware", m)) {
+                decl.refused.push(json!({"kind": "middleware", "name": m, "reason": format!(
+                    "plugin.json `permissions` does not list \"middleware:{m}\"")}));
+            }
+        }
+        if decl.priority.is_none() {
+            decl.priority = plugin.decl.priority;
+        }
+        Ok(AgentPlugin {
+            name: plugin.name.clone(),
+            version: plugin.version.clone(),
+            order: plugin.order,
+            hooks,
+            decl,
+            runner: plugin.runner.clone(),
+            services: plugin.services.clone(),
+            faust: plugin.faust.clone(),
+        })
+    }
+
+    /// Puts `plugin` in place of plugin `name` (or takes it out), keeping the
+    /// chain order; nothing is stopped.
+    fn swap(&self, name: &str, plugin: Option<AgentPlugin>) {
+        let mut list: Vec<Arc<AgentPlugin>> = self.plugins.load().iter().filter(|p| p.name != name).cloned().collect();
+        if let Some(p) = plugin {
+            list.push(Arc::new(p));
+        }
+        list.sort_by(|a, b| a.order.cmp(&b.order).then_with(|| a.name.cmp(&b.name)));
+        self.plugins.store(Arc::new(list));
     }
 
     pub fn shared(&self) -> &Arc<SharedServices> {
@@ -228,22 +357,29 @@ impl AgentEngine {
     }
 
     /// Puts `plugin` in (replacing one of the same name) or, with `None`,
-    /// takes plugin `name` out. The old one's workers are stopped.
+    /// takes plugin `name` out. The old one is told (`unload`) and its
+    /// workers are stopped.
     pub async fn replace(&self, name: &str, plugin: Option<AgentPlugin>) {
         let old = self.plugin(name);
-        let mut list: Vec<Arc<AgentPlugin>> = self.plugins.load().iter().filter(|p| p.name != name).cloned().collect();
-        if let Some(p) = plugin {
+        if let Some(p) = &plugin {
             p.runner.attach_metrics(self.metrics.clone());
             if let Err(e) = p.services.publish_config() {
                 tracing::warn!("plugin '{}': {e}", p.name);
             }
-            list.push(Arc::new(p));
         }
-        list.sort_by(|a, b| a.order.cmp(&b.order).then_with(|| a.name.cmp(&b.name)));
-        self.plugins.store(Arc::new(list));
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+        self.swap(name, plugin);
         if let Some(old) = old {
-            old.runner.shutdown().await;
+            self.unload(&old).await;
         }
+    }
+
+    /// `unload` (when the plugin has it), then its workers stop.
+    async fn unload(&self, plugin: &AgentPlugin) {
+        if plugin.hooks.contains(&HookName::Unload) {
+            let _ = self.call(plugin, HookName::Unload, Map::new()).await;
+        }
+        plugin.runner.shutdown().await;
     }
 
     fn unknown_plugin(&self, name: &str) -> AgentError {
@@ -615,12 +751,25 @@ impl AgentEngine {
         out
     }
 
-    /// Stops every plugin's workers.
+    /// Unloads every plugin and stops its workers.
     pub async fn shutdown(&self) {
         for p in self.plugins().iter() {
-            p.runner.shutdown().await;
+            self.unload(p).await;
         }
     }
+}
+
+/// A warning per registration `plugin` had refused.
+fn refusal_warnings(plugin: &AgentPlugin) -> Vec<String> {
+    plugin
+        .decl
+        .refused
+        .iter()
+        .map(|r| {
+            let field = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("?").to_owned();
+            format!("plugin '{}': {} `{}` refused: {}", plugin.name, field("kind"), field("name"), field("reason"))
+        })
+        .collect()
 }
 
 fn obj(v: Value) -> Map<String, Value> {
@@ -744,6 +893,7 @@ mod tests {
                     decl: AgentDecl { priority, ..Default::default() },
                     runner: Arc::new(Fake { answer, log: log.clone(), name: name.into() }),
                     services,
+                    faust: None,
                 }
             })
             .collect();
@@ -831,6 +981,7 @@ mod tests {
                     decl,
                     runner: old.runner.clone(),
                     services: old.services.clone(),
+                    faust: None,
                 }),
             )
             .await;

@@ -119,6 +119,10 @@ fn drive(home: &Home, config: &HostConfig, turns: &[Turn], output: &OutputArgs) 
         default_agent: "agent".into(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    if let Some(agent) = &agent {
+        // Plugins that register at run time (FaustBot's) start now.
+        show_warnings(&runtime.block_on(agent.start()));
+    }
     let mut out = std::io::stdout().lock();
     let progress = !output.json && turns.len() > 20 && std::io::stderr().is_terminal();
     let mut write_error = None;

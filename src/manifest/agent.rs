@@ -61,6 +61,12 @@ pub struct AgentDecl {
     pub frontend: Frontend,
     /// Seconds between `heartbeat` calls (default 10).
     pub heartbeat_secs: Option<f64>,
+    /// Frontend assets as a FaustBot plugin describes them (`{"type",
+    /// "path", "plugin_id", …}`), kept verbatim for the assets route.
+    pub assets: Vec<Value>,
+    /// Registrations refused at load (`{"kind","name","reason"}`): reported,
+    /// never in effect.
+    pub refused: Vec<Value>,
 }
 
 impl AgentDecl {
@@ -77,7 +83,17 @@ impl AgentDecl {
         let prompt_suffix = r.top("prompt_suffix")?;
         let frontend: Frontend = r.top("frontend")?.unwrap_or_default();
         let heartbeat_secs: Option<f64> = r.top("heartbeat_secs")?;
-        let decl = AgentDecl { priority, tools, schedules, config, prompt_suffix, frontend, heartbeat_secs };
+        let decl = AgentDecl {
+            priority,
+            tools,
+            schedules,
+            config,
+            prompt_suffix,
+            frontend,
+            heartbeat_secs,
+            assets: Vec::new(),
+            refused: Vec::new(),
+        };
         decl.check().map_err(|(key, reason)| r.error(&key, ManifestErrorKind::Invalid(reason)))?;
         Ok(decl)
     }
@@ -101,6 +117,8 @@ impl AgentDecl {
             prompt_suffix: field("prompt_suffix", get("prompt_suffix"))?,
             frontend: field("frontend", get("frontend"))?,
             heartbeat_secs: field("heartbeat_secs", get("heartbeat_secs"))?,
+            assets: field("frontend_assets", get("frontend_assets"))?,
+            refused: field("refused", get("refused"))?,
         };
         decl.check().map_err(|(key, reason)| format!("`{key}`: {reason}"))?;
         Ok(decl)

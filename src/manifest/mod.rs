@@ -214,6 +214,22 @@ impl Manifest {
         Self::from_table(config_file, dir, name.to_owned(), &table, env)
     }
 
+    /// A manifest ctxhost made itself for the plugin in `dir` (a FaustBot
+    /// plugin's, from its plugin.json): the same checks, errors naming `file`.
+    ///
+    /// # Errors
+    /// As for [`Manifest::load`].
+    pub fn from_generated(
+        file: &Path,
+        dir: &Path,
+        name: &str,
+        table: &toml::Table,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Loaded, ManifestError> {
+        let canonical = dir.canonicalize().map_err(|e| ManifestError::new(file, None, ManifestErrorKind::Read(e)))?;
+        Self::from_table(file, canonical, name.to_owned(), table, env)
+    }
+
     /// The checks shared by every source of a manifest.
     fn from_table(
         file: &Path,

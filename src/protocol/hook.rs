@@ -41,6 +41,13 @@ pub enum HookName {
     CallTool,
     /// The content of a symbolic vfs node this plugin owns, computed now.
     ReadSymbolic,
+    /// Asked once when the agent loop starts the plugin: it loads, starts
+    /// and answers what it registers (tools, schedules, frontend, …). Used
+    /// by plugins whose registrations are only known by running them
+    /// (FaustBot's `register_*` methods, through the shim).
+    Register,
+    /// The plugin is being taken out (reload, disable, shutdown).
+    Unload,
 }
 
 impl HookName {
@@ -58,7 +65,7 @@ impl HookName {
     ];
 
     /// The agent-loop hooks, in the order of the spec's table.
-    pub const AGENT: [HookName; 18] = [
+    pub const AGENT: [HookName; 20] = [
         HookName::MessageReceived,
         HookName::LlmRequestPre,
         HookName::ToolCallPre,
@@ -77,17 +84,19 @@ impl HookName {
         HookName::RunSchedule,
         HookName::CallTool,
         HookName::ReadSymbolic,
+        HookName::Register,
+        HookName::Unload,
     ];
 
     /// Every hook: the context hooks, then the agent-loop hooks.
-    pub const ALL: [HookName; 27] = {
-        let mut all = [HookName::Bootstrap; 27];
+    pub const ALL: [HookName; 29] = {
+        let mut all = [HookName::Bootstrap; 29];
         let mut i = 0;
         while i < 9 {
             all[i] = HookName::CONTEXT[i];
             i += 1;
         }
-        while i < 27 {
+        while i < 29 {
             all[i] = HookName::AGENT[i - 9];
             i += 1;
         }
@@ -123,6 +132,8 @@ impl HookName {
             HookName::RunSchedule => "run_schedule",
             HookName::CallTool => "call_tool",
             HookName::ReadSymbolic => "read_symbolic",
+            HookName::Register => "register",
+            HookName::Unload => "unload",
         }
     }
 

@@ -97,16 +97,32 @@ impl RegistryError {
     }
 }
 
-/// Whether the operator left `name` enabled (`ctxhost plugin disable` turns it off).
-/// An unreadable state file leaves every plugin enabled (with a warning).
+/// Whether `name` is enabled: what the operator said (`ctxhost plugin
+/// enable|disable`), else its manifest's default (a plugin.json may say
+/// `"enabled": false`; everything else is on). An unreadable state file
+/// leaves the defaults (with a warning).
 pub fn is_enabled(home: &Home, name: &str) -> bool {
-    match state::disabled(home) {
-        Ok(disabled) => !disabled.contains(name),
+    match state::choice(home, name) {
+        Ok(Some(choice)) => choice,
+        Ok(None) => default_enabled(home, name),
         Err(e) => {
-            tracing::warn!("{e}; plugin '{name}' is taken as enabled");
-            true
+            tracing::warn!("{e}; plugin '{name}' takes its default");
+            default_enabled(home, name)
         }
     }
+}
+
+/// A plugin's own default: a plugin.json's `enabled`, else on.
+fn default_enabled(home: &Home, name: &str) -> bool {
+    let dir = home.plugins_dir().join(name);
+    if !crate::faust::is_faust_plugin(&dir) {
+        return true;
+    }
+    std::fs::read_to_string(dir.join(crate::faust::PLUGIN_JSON))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v.get("enabled").and_then(serde_json::Value::as_bool))
+        .unwrap_or(true)
 }
 
 /// Every plugin directory of the plugins dir, read now.
@@ -118,17 +134,12 @@ pub fn list_plugins(home: &Home, config: &HostConfig) -> Vec<PluginInfo> {
 /// it (a component is compiled — from the cache — and asked to `describe`
 /// its hooks), with its load warnings.
 pub fn survey(home: &Home, config: &HostConfig) -> Vec<(PluginInfo, Vec<String>)> {
-    let disabled = state::disabled(home).unwrap_or_else(|e| {
-        tracing::warn!("{e}; every plugin is listed as enabled");
-        Default::default()
-    });
     let cx = LoadContext { home, config, host_env: &LoadContext::process_env };
     installed(home)
         .into_iter()
         .map(|name| {
             let dir = home.plugins_dir().join(&name);
-            let enabled = !disabled.contains(&name);
-            describe(&name, &dir, enabled, &cx)
+            describe(&name, &dir, is_enabled(home, &name), &cx)
         })
         .collect()
 }
@@ -143,8 +154,11 @@ fn describe(name: &str, dir: &Path, enabled: bool, cx: &LoadContext<'_>) -> (Plu
         enabled,
         error: Some(error),
     };
-    if !dir.join(MANIFEST_FILE).is_file() {
-        return (broken(format!("`{}` has no {MANIFEST_FILE}", dir.display())), Vec::new());
+    if !crate::faust::is_plugin_dir(dir) {
+        return (
+            broken(format!("`{}` has no {MANIFEST_FILE} or {}", dir.display(), crate::faust::PLUGIN_JSON)),
+            Vec::new(),
+        );
     }
     match load_plugin(dir, cx) {
         Ok(p) => {
@@ -165,6 +179,14 @@ fn describe(name: &str, dir: &Path, enabled: bool, cx: &LoadContext<'_>) -> (Plu
 /// `version` and the runtime label as far as plugin.toml can be read at all
 /// (for a plugin that fails to load): `""` and `"unknown"` when it cannot.
 pub(crate) fn raw_facts(dir: &Path) -> (String, String) {
+    if crate::faust::is_faust_plugin(dir) {
+        let version = std::fs::read_to_string(dir.join(crate::faust::PLUGIN_JSON))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v.get("version").and_then(|v| v.as_str()).map(str::to_owned))
+            .unwrap_or_else(|| "0.1.0".to_owned());
+        return (version, "python".to_owned());
+    }
     let Some(table) =
         std::fs::read_to_string(dir.join(MANIFEST_FILE)).ok().and_then(|t| toml::from_str::<toml::Table>(&t).ok())
     else {

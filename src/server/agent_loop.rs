@@ -284,9 +284,15 @@ pub(crate) async fn plugins(State(state): State<Arc<AppState>>) -> JsonReply {
                 "schedules": d.schedules,
                 "prompt_suffix": d.prompt_suffix,
                 "frontend": d.frontend,
+                "refused": d.refused,
+                "permissions": p.faust.as_ref().map(|f| f.permissions.clone()),
             })
         })
         .collect();
+    let failed: Vec<Value> =
+        state.agent.failed().into_iter().map(|(name, error)| json!({"name": name, "error": error})).collect();
+    let mut list = list;
+    list.extend(failed);
     JsonReply::ok(Value::Array(list))
 }
 
@@ -295,9 +301,16 @@ pub(crate) async fn health(State(state): State<Arc<AppState>>) -> JsonReply {
     JsonReply::ok(Value::Object(state.agent.health().await))
 }
 
+/// A FaustBot-route error: `{"detail": …}` as FastAPI writes it (and
+/// `error`, as every other ctxhost route).
+fn detail(status: StatusCode, message: String) -> JsonReply {
+    JsonReply::with_status(status, json!({"detail": message, "error": message}))
+}
+
 /// `POST /faust/plugins/{id}/communicate` (FaustBot's route): the body is
-/// the payload; the plugin's reply object is the answer. 404 unknown, 503
-/// disabled, 400 when the plugin answers something that is not an object.
+/// the payload; the plugin's reply object is the answer. 404 unknown (or
+/// failed to start), 503 disabled, 400 no `communicate` hook or a reply that
+/// is not an object, 500 when the plugin failed.
 pub(crate) async fn communicate(State(state): State<Arc<AppState>>, Path(id): Path<String>, bytes: Bytes) -> JsonReply {
     let payload = match body::object(&bytes) {
         Ok(b) => Value::Object(b),
@@ -305,13 +318,90 @@ pub(crate) async fn communicate(State(state): State<Arc<AppState>>, Path(id): Pa
     };
     let installed = crate::manifest::validate_name(&id).is_ok() && state.home.plugins_dir().join(&id).is_dir();
     if installed && !crate::registry::is_enabled(&state.home, &id) {
-        return JsonReply::error(StatusCode::SERVICE_UNAVAILABLE, format!("plugin '{id}' is disabled"));
+        return detail(StatusCode::SERVICE_UNAVAILABLE, format!("Plugin is disabled: {id}"));
     }
     if state.agent.plugin(&id).is_none() {
-        return unknown_plugin(&state, &id);
+        return detail(StatusCode::NOT_FOUND, format!("Plugin not found: {id}"));
     }
     match state.agent.communicate(&id, payload).await {
         Ok(reply) => JsonReply::ok(reply),
-        Err(e) => agent_error(e),
+        Err(AgentError::NoHook { .. }) => {
+            detail(StatusCode::BAD_REQUEST, format!("Plugin does not support communicate: {id}"))
+        }
+        Err(AgentError::NotAnObject { .. }) => {
+            detail(StatusCode::BAD_REQUEST, format!("Plugin communicate result must be dict: {id}"))
+        }
+        Err(e) => detail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// `GET /faust/admin/plugins/assets` (FaustBot's route): every enabled
+/// agent-loop plugin's frontend assets, in chain order —
+/// `{"status":"ok","assets":[{"type","path","plugin_id",…}]}`.
+pub(crate) async fn assets(State(state): State<Arc<AppState>>) -> JsonReply {
+    let mut assets = Vec::new();
+    for p in state.agent.plugins().iter() {
+        if !p.decl.assets.is_empty() {
+            assets.extend(p.decl.assets.iter().cloned());
+            continue;
+        }
+        for (kind, files) in [("js", &p.decl.frontend.js), ("css", &p.decl.frontend.css)] {
+            for f in files {
+                let path = format!("/faust/plugins/{}/frontend/{}", p.name, f.trim_start_matches('/'));
+                assets.push(json!({"type": kind, "path": path, "plugin_id": p.name}));
+            }
+        }
+    }
+    JsonReply::ok(json!({"status": "ok", "assets": assets}))
+}
+
+/// `GET /faust/plugins/{id}/frontend/{path}`: a file of the plugin's
+/// `frontend/` directory; nothing outside it (no `..`, no symlink out).
+pub(crate) async fn frontend(
+    State(state): State<Arc<AppState>>,
+    Path((id, path)): Path<(String, String)>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let not_found = || detail(StatusCode::NOT_FOUND, "Not Found".to_owned()).into_response();
+    if crate::manifest::validate_name(&id).is_err() {
+        return not_found();
+    }
+    if std::path::Path::new(&path).components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
+        return not_found();
+    }
+    let root = state.home.plugins_dir().join(&id).join("frontend");
+    let file = tokio::task::spawn_blocking(move || {
+        let root = root.canonicalize().ok()?;
+        let file = root.join(&path).canonicalize().ok()?;
+        (file.starts_with(&root) && file.is_file()).then_some(file)
+    })
+    .await
+    .ok()
+    .flatten();
+    let Some(file) = file else { return not_found() };
+    match tokio::fs::read(&file).await {
+        Ok(bytes) => ([(axum::http::header::CONTENT_TYPE, content_type(&file))], bytes).into_response(),
+        Err(_) => not_found(),
+    }
+}
+
+/// The `Content-Type` of a frontend file, by extension.
+fn content_type(file: &std::path::Path) -> &'static str {
+    match file.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+        Some("js" | "mjs") => "text/javascript; charset=utf-8",
+        Some("css") => "text/css; charset=utf-8",
+        Some("html" | "htm") => "text/html; charset=utf-8",
+        Some("json" | "map") => "application/json",
+        Some("svg") => "image/svg+xml",
+        Some("png") => "image/png",
+        Some("jpg" | "jpeg") => "image/jpeg",
+        Some("gif") => "image/gif",
+        Some("webp") => "image/webp",
+        Some("ico") => "image/x-icon",
+        Some("woff2") => "font/woff2",
+        Some("woff") => "font/woff",
+        Some("txt" | "md") => "text/plain; charset=utf-8",
+        Some("wasm") => "application/wasm",
+        _ => "application/octet-stream",
     }
 }

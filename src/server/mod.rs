@@ -136,6 +136,10 @@ impl Server {
         for w in warnings {
             tracing::warn!("{w}");
         }
+        // Plugins that register at run time (FaustBot's) start now.
+        for w in agent.start().await {
+            tracing::warn!("{w}");
+        }
         let engine_config = &config.context_engine;
         let bootstrap = BootstrapRequest {
             context_window_tokens: engine_config.context_window_tokens,
@@ -216,6 +220,8 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/api/triggers/{id}", get(agent_loop::get_trigger))
         .route("/api/agent/health", get(agent_loop::health))
         .route("/api/agent/plugins", get(agent_loop::plugins))
+        .route("/faust/admin/plugins/assets", get(agent_loop::assets))
+        .route("/faust/plugins/{id}/frontend/{*path}", get(agent_loop::frontend))
         .route("/metrics", get(prometheus::metrics))
         .route("/healthz", get(healthz))
         .merge(mutating)

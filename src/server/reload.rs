@@ -38,7 +38,13 @@ pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded
     let _one_at_a_time = state.reload_lock.lock().await;
     let loader = state.clone();
     let plugin = tokio::task::spawn_blocking(move || {
-        let plugin = load_plugin(&dir, &loader.load_context()).map_err(|e| e.to_string())?;
+        let cx = loader.load_context();
+        if crate::faust::is_faust_plugin(&dir) && crate::registry::is_enabled(&loader.home, &dir_name(&dir)) {
+            // Dependencies go in before the module is first imported.
+            let prepared = crate::faust::deps::prepare(&dir, &cx)?;
+            loader.agent.set_deps_declared(&dir_name(&dir), prepared.declared);
+        }
+        let plugin = load_plugin(&dir, &cx).map_err(|e| e.to_string())?;
         // Loading succeeds for a plugin whose launcher is missing (a call
         // would say so); a reload must not swap such a plugin in.
         plugin.runner.ready().map_err(|e| format!("plugin '{}' cannot run: {e}", plugin.name))?;
@@ -70,9 +76,22 @@ pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded
     // The agent loop gets the same load (one runner) when the plugin takes
     // part in it, and loses it when it no longer does.
     let agent_plugin = if crate::agent::engine::AgentPlugin::takes_part(&plugin) {
-        let source = crate::agent::decision::PrioritySource::Toml(plugin.agent.priority);
-        let built = crate::agent::engine::AgentPlugin::new(&plugin, source, state.agent.shared(), &state.home);
-        Some(built.map_err(|e| ReloadError::Invalid(format!("plugin '{name}': host services: {e}")))?)
+        let built = crate::agent::engine::AgentPlugin::new(&plugin, state.agent.shared(), &state.home);
+        let built = built.map_err(|e| ReloadError::Invalid(format!("plugin '{name}': host services: {e}")))?;
+        // A plugin that registers at run time starts before it is swapped in:
+        // one that fails leaves the running version in place.
+        if built.hooks.contains(&crate::protocol::HookName::Register) {
+            let registered = state.agent.register(&built).await;
+            match registered {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    built.runner.shutdown().await;
+                    return Err(ReloadError::Invalid(format!("plugin '{name}' failed to start: {e}")));
+                }
+            }
+        } else {
+            Some(built)
+        }
     } else {
         None
     };
@@ -85,6 +104,10 @@ pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded
         tracing::info!(plugin = %name, "reloaded; new calls use the new version");
     }
     Ok(report)
+}
+
+fn dir_name(dir: &std::path::Path) -> String {
+    dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 /// `<plugins dir>/<name>` when `name` is a valid plugin name with a directory.

@@ -1,0 +1,89 @@
+//! The FaustBot compatibility shim: the Python package `faust_backend`
+//! (`plugin_system` and its stubs), the worker main and the static
+//! dependency reader, compiled into the binary (`build.rs` embeds
+//! `src/faust/shim/`) and written out at run time.
+//!
+//! The files go to `<home>/faust/shim-<hash of their contents>/`, made in a
+//! temporary sibling and renamed into place, so two ctxhost versions (or two
+//! processes starting at once) never see a half-written or foreign shim.
+//! This module writes files; it never runs them.
+
+use std::path::PathBuf;
+
+use sha2::{Digest, Sha256};
+
+use crate::home::Home;
+
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/faust_shim.rs"));
+}
+
+pub use embedded::FILES;
+
+/// The worker main, relative to the shim dir: `python3 <shim>/<WORKER> <entry>`.
+pub const WORKER: &str = "ctxhost_faust_worker.py";
+/// The static reader of `register_pip_deps`: `python3 <shim>/<DEPS> <entry>`.
+pub const DEPS: &str = "deps.py";
+
+/// The shim's directory under `home`, for this build's files.
+pub fn dir(home: &Home) -> PathBuf {
+    let mut hash = Sha256::new();
+    for (path, content) in FILES {
+        hash.update(path.as_bytes());
+        hash.update([0]);
+        hash.update(content.as_bytes());
+        hash.update([0]);
+    }
+    home.root().join("faust").join(format!("shim-{}", &hex::encode(hash.finalize())[..16]))
+}
+
+/// Writes the shim under `home` unless it is there already; its directory.
+///
+/// # Errors
+/// A directory or file cannot be written (the message names it).
+pub fn install(home: &Home) -> Result<PathBuf, String> {
+    let target = dir(home);
+    if target.join(WORKER).is_file() {
+        return Ok(target);
+    }
+    let parent = target.parent().unwrap_or(home.root()).to_owned();
+    Home::ensure_dir(&parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    let staging = tempfile::Builder::new()
+        .prefix(".shim-")
+        .tempdir_in(&parent)
+        .map_err(|e| format!("cannot create a directory in {}: {e}", parent.display()))?;
+    for (rel, content) in FILES {
+        let path = staging.path().join(rel);
+        if let Some(p) = path.parent() {
+            std::fs::create_dir_all(p).map_err(|e| format!("cannot create {}: {e}", p.display()))?;
+        }
+        std::fs::write(&path, content).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    match crate::home::rename_noreplace(staging.path(), &target) {
+        Ok(()) => {
+            // The rename moved it: nothing for the TempDir to remove.
+            let _ = staging.keep();
+            Ok(target)
+        }
+        // Another process put the same files there first.
+        Err(_) if target.join(WORKER).is_file() => Ok(target),
+        Err(e) => Err(format!("cannot put the shim in place at {}: {e}", target.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn installs_once_and_completely() {
+        let root = tempfile::tempdir().unwrap();
+        let home = Home::at(root.path());
+        let dir = install(&home).unwrap();
+        assert!(dir.join(WORKER).is_file() && dir.join(DEPS).is_file());
+        assert!(dir.join("faust_backend/plugin_system/__init__.py").is_file());
+        assert_eq!(install(&home).unwrap(), dir, "the second install finds it");
+        let entries: Vec<_> = std::fs::read_dir(dir.parent().unwrap()).unwrap().collect();
+        assert_eq!(entries.len(), 1, "no staging dir left behind");
+    }
+}
