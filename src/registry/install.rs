@@ -58,6 +58,9 @@ pub struct Installed {
 pub fn install(opts: &InstallOptions<'_>, cx: &LoadContext<'_>) -> Result<Installed, RegistryError> {
     let home = cx.home;
     let source = opts.source;
+    if crate::faust::is_faust_plugin(source) {
+        return Err(RegistryError::FaustBot(source.to_owned()));
+    }
     if !source.join(MANIFEST_FILE).is_file() {
         if !source.is_dir() {
             return Err(RegistryError::Io {

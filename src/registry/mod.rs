@@ -43,6 +43,12 @@ pub enum RegistryError {
     UnknownPlugin { name: String, dir: PathBuf, hint: String },
     #[error("{0}")]
     InvalidName(String),
+    #[error(
+        "`{}` is a FaustBot plugin (plugin.json): `plugin install` takes plugin.toml plugins; copy the directory \
+         into the plugins dir instead (its dependencies are installed when the engine starts it)",
+        .0.display()
+    )]
+    FaustBot(PathBuf),
     #[error("`{}` is not a plugin directory: it has no {MANIFEST_FILE}", .0.display())]
     NotAPlugin(PathBuf),
     #[error("plugin `{name}` is already installed at `{}`\n  hint: pass --force to replace it", dir.display())]

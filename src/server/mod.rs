@@ -25,6 +25,7 @@ mod agent_loop;
 mod agents;
 mod auth;
 mod body;
+mod faust_admin;
 mod plugins;
 mod prometheus;
 mod reload;
@@ -207,6 +208,8 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/api/triggers/{id}", patch(agent_loop::patch_trigger).delete(agent_loop::delete_trigger))
         .route("/api/events/{name}", post(agent_loop::event))
         .route("/faust/plugins/{id}/communicate", post(agent_loop::communicate))
+        .route("/faust/admin/plugins/{id}/enable", post(faust_admin::enable))
+        .route("/faust/admin/plugins/{id}/disable", post(faust_admin::disable))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .route("/api/plugins", get(plugins::list))
@@ -221,6 +224,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/api/agent/health", get(agent_loop::health))
         .route("/api/agent/plugins", get(agent_loop::plugins))
         .route("/faust/admin/plugins/assets", get(agent_loop::assets))
+        .route("/faust/admin/plugins", get(faust_admin::list))
         .route("/faust/plugins/{id}/frontend/{*path}", get(agent_loop::frontend))
         .route("/metrics", get(prometheus::metrics))
         .route("/healthz", get(healthz))

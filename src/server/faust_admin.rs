@@ -1,0 +1,83 @@
+//! FaustBot's plugin admin routes, for frontends written against FaustBot:
+//! the plugin list (`GET /faust/admin/plugins`) and per-plugin enable and
+//! disable, which persist the choice and reload that plugin at once.
+//! Shapes follow FaustBot (`{"status":"ok",…}`, errors as `{"detail"}`);
+//! unlike FaustBot, an unknown plugin is a 404 rather than a 200.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::body::JsonReply;
+
+fn detail(status: StatusCode, message: String) -> JsonReply {
+    JsonReply::with_status(status, json!({"detail": message, "error": message}))
+}
+
+/// `GET /faust/admin/plugins`: every agent-loop plugin as FaustBot lists
+/// them, plus the ones that failed to start (`"error"`).
+pub(crate) async fn list(State(state): State<Arc<AppState>>) -> JsonReply {
+    let health = state.agent.health().await;
+    let mut items: Vec<Value> = state
+        .agent
+        .plugins()
+        .iter()
+        .map(|p| {
+            let pj = p.faust.as_deref();
+            json!({
+                "id": p.name,
+                "name": pj.map_or(p.name.as_str(), |f| f.name.as_str()),
+                "version": p.version,
+                "description": pj.map_or("", |f| f.description.as_str()),
+                "author": pj.map_or("", |f| f.author.as_str()),
+                "homepage": pj.map_or("", |f| f.homepage.as_str()),
+                "enabled": true,
+                "permissions": pj.map(|f| f.permissions.clone()).unwrap_or_default(),
+                "priority": pj.map_or(p.decl.priority.unwrap_or(0), |f| f.priority),
+                "tools": p.decl.tools.iter().map(|t| json!({"name": t.name, "enabled": true, "description": t.description})).collect::<Vec<_>>(),
+                "middlewares": [],
+                "refused": p.decl.refused,
+                "config": {
+                    "plugin_id": p.name,
+                    "schema": p.services.config_snapshot()["schema"],
+                    "values": p.services.config_snapshot()["values"],
+                },
+                "health": health.get(&p.name).cloned().unwrap_or(json!({"status": "unknown"})),
+            })
+        })
+        .collect();
+    for (name, error) in state.agent.failed() {
+        items.push(json!({"id": name, "enabled": true, "error": error, "health": {"status": "error", "error": error}}));
+    }
+    JsonReply::ok(json!({"status": "ok", "items": items}))
+}
+
+/// `POST /faust/admin/plugins/{id}/enable`.
+pub(crate) async fn enable(state: State<Arc<AppState>>, id: Path<String>) -> JsonReply {
+    set_enabled(state, id, true).await
+}
+
+/// `POST /faust/admin/plugins/{id}/disable`.
+pub(crate) async fn disable(state: State<Arc<AppState>>, id: Path<String>) -> JsonReply {
+    set_enabled(state, id, false).await
+}
+
+async fn set_enabled(State(state): State<Arc<AppState>>, Path(id): Path<String>, enabled: bool) -> JsonReply {
+    if super::reload::plugin_dir(&state, &id).is_err() {
+        return detail(StatusCode::NOT_FOUND, format!("Plugin not found: {id}"));
+    }
+    if let Err(e) = crate::registry::state::set_enabled(&state.home, &id, enabled) {
+        return detail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+    }
+    match super::reload::reload(&state, &id).await {
+        Ok(done) => JsonReply::ok(json!({"status": "ok", "plugin_id": id, "enabled": enabled, "active": done.active})),
+        // The choice is kept; the plugin could not start (its error says why).
+        Err(e) => JsonReply::with_status(
+            StatusCode::BAD_REQUEST,
+            json!({"status": "error", "plugin_id": id, "enabled": enabled, "detail": e.to_string()}),
+        ),
+    }
+}
