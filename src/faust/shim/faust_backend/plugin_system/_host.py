@@ -1,0 +1,161 @@
+"""The worker's line to the ctxhost host: JSON-RPC 2.0 over a pair of pipes.
+
+Owns: the connection (`Connection`), the state of the call being handled
+(which agent it is for), and `maybe_awaitable`, which lets every `ctx.*`
+method work both with and without `await`.
+
+The wire (ctxhost `agent-hooks.md`): the host sends requests
+`{"jsonrpc":"2.0","id":N,"method":"hook/<name>","params":{...}}`; while one
+is being handled the worker may send its own requests
+(`{"jsonrpc":"2.0","id":"w1","method":"config.get","params":{...}}`) and
+reads the host's answer before replying. Outside a host request nobody
+reads the worker's requests, so a service call from a background thread
+between calls is refused with a clear RuntimeError instead of hanging.
+
+Must never write anything but JSON-RPC lines to the protocol stream, and
+never let a plugin's output reach it (the worker points fd 1 at stderr).
+"""
+
+import inspect
+import json
+import sys
+import threading
+
+__all__ = ["Connection", "RpcError", "connection", "set_connection", "current_agent_id", "maybe_awaitable"]
+
+
+class RpcError(RuntimeError):
+    """The host answered a service call with an `error`."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Connection:
+    """One worker's JSON-RPC connection: binary `rin` (host → worker), `wout`."""
+
+    def __init__(self, rin, wout):
+        self._in = rin
+        self._out = wout
+        self.lock = threading.RLock()
+        self.active = False  # a host request is being handled
+        self.agent_id = None  # the agent of the request being handled
+        self._next = 0
+
+    def send(self, message):
+        line = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n"
+        with self.lock:
+            self._out.write(line.encode("utf-8"))
+            self._out.flush()
+
+    def read(self):
+        """The next JSON object on the input; None at its end."""
+        while True:
+            line = self._in.readline()
+            if not line:
+                return None
+            if not line.strip():
+                continue
+            try:
+                message = json.loads(line)
+            except ValueError:
+                sys.stderr.write("ctxhost faust shim: skipped a line that is not JSON\n")
+                continue
+            if isinstance(message, dict):
+                return message
+            sys.stderr.write("ctxhost faust shim: skipped a JSON line that is not an object\n")
+
+    def error(self, request_id, code, message):
+        self.send({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
+
+    def call(self, method, params=None):
+        """Calls a host service; its `result`, or RpcError for its `error`."""
+        with self.lock:
+            if not self.active:
+                raise RuntimeError(
+                    "ctxhost: %s was called between the host's calls (from a background thread or task?); "
+                    "the host's services are reachable only while it is calling this plugin "
+                    "(a hook, a tool, a schedule, the heartbeat)" % method
+                )
+            self._next += 1
+            my_id = "w%d" % self._next
+            self.send({"jsonrpc": "2.0", "id": my_id, "method": method, "params": params if params is not None else {}})
+            while True:
+                message = self.read()
+                if message is None:
+                    raise RpcError(-32000, "the host closed the connection before answering " + method)
+                if "method" in message:
+                    # The host never calls while a call is pending; answer, never hang.
+                    if "id" in message:
+                        self.error(message["id"], -32000, "the worker is waiting for the host's answer to " + my_id)
+                    continue
+                if message.get("id") != my_id:
+                    continue
+                if "error" in message:
+                    err = message["error"] if isinstance(message["error"], dict) else {}
+                    raise RpcError(err.get("code", -32000), str(err.get("message", message["error"])))
+                return message.get("result")
+
+    def notify(self, method, params):
+        self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+
+_connection = None
+
+
+def connection():
+    """The worker's connection, or None outside ctxhost (e.g. a plugin's own unit tests)."""
+    return _connection
+
+
+def set_connection(conn):
+    global _connection
+    _connection = conn
+
+
+def current_agent_id():
+    """The agent of the host call being handled, or None."""
+    return _connection.agent_id if _connection is not None else None
+
+
+# --- with and without await ---------------------------------------------
+
+_ASYNC_FLAGS = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+
+
+class Ready:
+    """An awaitable whose work is already done: `await` gives `value`."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __await__(self):
+        return self.value
+        yield  # noqa: makes this a generator, as __await__ must return an iterator
+
+    def __repr__(self):
+        return "<ctxhost result %r (already done; await it or ignore it)>" % (self.value,)
+
+
+def caller_is_async(depth=2):
+    """Whether the frame `depth` levels above the caller of this function runs a coroutine."""
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return False
+    return bool(frame.f_code.co_flags & _ASYNC_FLAGS)
+
+
+def maybe_awaitable(value, caller_async):
+    """`value` for a sync caller; an awaitable giving it for an async one.
+
+    The work was done eagerly, so a caller that forgets to `await` (FaustBot's
+    older sync style inside an `async def`) still gets the side effect.
+    """
+    if caller_async:
+        return value if inspect.isawaitable(value) else Ready(value)
+    return value
