@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-fn collect(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     let mut entries: Vec<PathBuf> = entries.filter_map(Result::ok).map(|e| e.path()).collect();
     entries.sort();
@@ -15,7 +15,7 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
             continue;
         }
         if path.is_dir() {
-            collect(root, &path, out);
+            collect(&path, out);
         } else if name.ends_with(".py") {
             out.push(path);
         }
@@ -26,7 +26,7 @@ fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/faust/shim");
     println!("cargo:rerun-if-changed={}", root.display());
     let mut files = Vec::new();
-    collect(&root, &root, &mut files);
+    collect(&root, &mut files);
     let mut code = String::from(
         "/// The shim's files: (path relative to the shim dir, contents).\npub const FILES: &[(&str, &str)] = &[\n",
     );
