@@ -16,12 +16,14 @@
 //! - `sandbox`: the script sandbox (Landlock, network namespace, cgroup limits), as root and unprivileged.
 //! - `agent`: the agent loop (agent-hooks.md): the guard three ways, combine rules, config, triggers, schedules.
 //! - `workers`: persistent workers: examples in both modes, faults, respawn and retry, leaks, reload.
+//! - `faustbot`: FaustBot plugins (plugin.json + impl.py) unmodified: the examples, every hook sync and async, deps, lifecycle.
 
 mod util;
 
 mod agent;
 mod cli;
 mod env;
+mod faustbot;
 mod launchers;
 mod limits;
 mod manifest;
