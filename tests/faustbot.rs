@@ -413,3 +413,437 @@ fn the_examples_run_unmodified_through_faustbots_routes_and_the_agent_loop() {
     assert!(d.stop().0);
     eprintln!("faustbot examples: daemon start with 3 plugins {start_ms} ms, whole test {:?}", started.elapsed());
 }
+
+// --- every hook, as `def` and as `async def` ---------------------------------
+
+/// A FaustBot plugin implementing every hook, all `def` (`"sync"`: ctx
+/// methods called without `await`, config in FaustBot's legacy string form)
+/// or all `async def` (`"async"`: ctx methods awaited, config as a list,
+/// plus one ctx call left un-awaited). Every condition names the variant,
+/// so both can share one daemon and one chain.
+const HOOKS_PLUGIN: &str = r#""""A test plugin: every FaustBot hook, written @V@."""
+import json
+import os
+
+from faust_backend.plugin_system import FaustPlugin, PluginContext, ToolSpec, hookimpl
+
+V = "@V@"
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def log(entry):
+    with open(os.path.join(HERE, "log.jsonl"), "a") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+class Plugin(FaustPlugin):
+    def __init__(self):
+        self.ctx = None
+        self.reads = 0
+
+    @A@def startup(self, ctx: PluginContext):
+        self.ctx = ctx
+        @CONFIG@
+        @AW@ctx.vfs_write("/plugins/hooks-" + V + "/note.md", "written by " + V)
+        @AW@ctx.vfs_write_symbolic("/plugins/hooks-" + V + "/live", self.live)
+        @EXTRA@
+
+    @A@def live(self, path):
+        self.reads += 1
+        return "%s %s read %d" % (V, path, self.reads)
+
+    @A@def register_tools(self, ctx):
+        @A@def echo(text: str) -> str:
+            """Echo the text."""
+            log({"hook": "tool", "text": text})
+            return V + ":" + text
+
+        return [ToolSpec(name="echo_" + V, tool=echo)]
+
+    def register_schedules(self):
+        return [{"id": "tick-" + V, "interval": 1, "callback": self.tick, "description": "tick"}]
+
+    @A@def tick(self):
+        log({"hook": "schedule"})
+
+    @hookimpl
+    @A@def message_received(self, msg, history, ctx):
+        if "drop-" + V in msg:
+            return "__IGNORED__"
+        if "keep-" + V in msg:
+            return None
+        limit = @AW@self.ctx.get_config("LIMIT", 0)
+        return "%s [%s:%s]" % (msg, V, limit)
+
+    @hookimpl
+    @A@def tool_call_pre(self, name, args, ctx):
+        if args.get("deny") == V:
+            return None
+        if name == "echo_" + V:
+            return dict(args, text=args.get("text", "") + "+pre-" + V)
+        return args
+
+    @hookimpl
+    @A@def tool_call_post(self, name, args, result, ctx):
+        if name == "echo_" + V:
+            return "%s+post-%s" % (result, V)
+        return None
+
+    @hookimpl
+    @A@def agent_event_sent(self, event, current_history, ctx):
+        if event.get("type") == "secret-" + V:
+            return "__IGNORED__"
+        if event.get("type") == "patch-" + V:
+            return dict(event, patched=V)
+        return None
+
+    @hookimpl
+    @A@def memory_read_pre(self, query, filters, ctx):
+        return query + "|" + V if "tag-" + V in query else None
+
+    @hookimpl
+    @A@def memory_read_post(self, query, results, ctx):
+        return [r for r in results if r != "hide-" + V] if "hide-" + V in results else None
+
+    @hookimpl
+    @A@def memory_write_pre(self, content, metadata, ctx):
+        return content.replace("secret-" + V, "[x]") if "secret-" + V in content else None
+
+    @hookimpl
+    @A@def memory_write_post(self, content, metadata, id, ctx):
+        log({"hook": "memory_write_post", "content": content, "id": id})
+
+    @hookimpl
+    @A@def trigger_append(self, payload, ctx):
+        if payload.get("recall_description") == "nope-" + V:
+            return None
+        return dict(payload, **{"seen_" + V: True})
+
+    @hookimpl
+    @A@def trigger_fire(self, payload, ctx):
+        log({"hook": "trigger_fire", "id": payload.get("id")})
+        if payload.get("id") == "mute-" + V:
+            return None
+        return payload
+
+    @hookimpl
+    @A@def config_changed(self, key, old, new, ctx):
+        log({"hook": "config_changed", "key": key, "old": old, "new": new})
+
+    @hookimpl
+    @A@def heartbeat(self, ctx):
+        log({"hook": "heartbeat"})
+
+    @A@def health_check(self):
+        return {"status": "ok", "variant": V}
+
+    @A@def communicate_handler(self, payload, ctx):
+        action = payload.get("action")
+        if action == "none":
+            return None
+        if action == "list":
+            return [1, 2]
+        if action == "raise":
+            raise RuntimeError("boom-" + V)
+        if action == "ctx":
+            c = self.ctx
+            out = {}
+            out["limit"] = @AW@c.get_config("LIMIT")
+            out["set"] = @AW@c.set_config("NAME", 42)
+            out["configs"] = @AW@c.list_configs()
+            out["note"] = @AW@c.vfs_read_text("/plugins/hooks-" + V + "/note.md")
+            out["missing"] = @AW@c.vfs_read_text("/plugins/hooks-" + V + "/none.md", "dflt")
+            out["live"] = @AW@c.vfs_read_text("/plugins/hooks-" + V + "/live")
+            out["listing"] = @AW@c.vfs_list("/plugins/hooks-" + V)
+            @AW@c.trigger_create({"id": "t-" + V, "type": "interval", "interval_seconds": 3600, "recall_description": "mine"})
+            @AW@c.trigger_update("t-" + V, {"recall_description": "updated"})
+            out["trigger"] = @AW@c.trigger_get("t-" + V)
+            listed = @AW@c.trigger_list()
+            out["count"] = len([t for t in listed if t["id"] == "t-" + V])
+            @AW@c.trigger_delete("t-" + V)
+            out["gone"] = @AW@c.trigger_get("t-" + V)
+            try:
+                @AW@c.trigger_create({"id": "bad-" + V, "type": "sometimes"})
+                out["invalid"] = "accepted"
+            except ValueError:
+                out["invalid"] = "ValueError"
+            c.storage.set("global", "g", V)
+            c.storage.set("session", "s", V + "-session")
+            out["storage"] = [c.storage.get("global", "g"), c.storage.get("session", "s"), c.storage.get("session", "nope", "d")]
+            return out
+        return {"echo": payload, "variant": V}
+
+
+def get_plugin():
+    return Plugin()
+"#;
+
+fn hooks_plugin(site: &Site, variant: &str, priority: i64) {
+    let is_async = variant == "async";
+    let config = if is_async {
+        r#"await ctx.register_config([{"key": "LIMIT", "type": "int", "label": "Limit", "default": 3}, {"key": "NAME", "type": "str", "label": "Name", "default": "x"}])"#
+    } else {
+        // FaustBot's legacy schema lines, and the old sync style.
+        r#"ctx.register_config("LIMIT:int:Limit=3\nNAME:str:Name=x")"#
+    };
+    // The old sync style inside an `async def`: FaustBot's newest backend would
+    // drop this call (an un-awaited coroutine); the shim does the work at once.
+    let extra = if is_async { r#"ctx.vfs_write("/plugins/hooks-async/unawaited.md", "no await")"# } else { "pass" };
+    let source = HOOKS_PLUGIN
+        .replace("@V@", variant)
+        .replace("@A@", if is_async { "async " } else { "" })
+        .replace("@AW@", if is_async { "await " } else { "" })
+        .replace("@CONFIG@", config)
+        .replace("@EXTRA@", extra);
+    site.faust(
+        &format!("hooks-{variant}"),
+        json!({"priority": priority, "permissions": [format!("tool:echo_{variant}")]}),
+        &source,
+    );
+}
+
+#[test]
+fn every_hook_maps_the_same_written_as_def_and_as_async_def() {
+    let site = Site::new();
+    hooks_plugin(&site, "sync", 10);
+    hooks_plugin(&site, "async", 20);
+    let d = site.start(&[]);
+    let (s, a) = ("hooks-sync", "hooks-async");
+
+    let plugins = agent_plugins(&d);
+    let names: Vec<&str> = plugins.iter().map(|p| p["name"].as_str().unwrap_or("?")).collect();
+    assert_eq!(names, [s, a], "{plugins:?}");
+    for p in &plugins {
+        assert_eq!(
+            p["hooks"],
+            json!([
+                "message_received",
+                "tool_call_pre",
+                "tool_call_post",
+                "agent_event_sent",
+                "memory_read_pre",
+                "memory_read_post",
+                "memory_write_pre",
+                "memory_write_post",
+                "trigger_append",
+                "trigger_fire",
+                "heartbeat",
+                "health_check",
+                "config_changed",
+                "communicate",
+                "run_schedule",
+                "call_tool",
+                "read_symbolic"
+            ]),
+            "{p}"
+        );
+        assert_eq!(p["refused"], json!([]), "{p}");
+    }
+
+    // Config: the legacy string and the list give the same schema.
+    let config = |name: &str| d.get(&format!("/api/plugins/{name}/config")).json();
+    assert_eq!(config(s), config(a));
+    assert_eq!(config(s)["values"], json!({"LIMIT": 3, "NAME": "x"}));
+    assert_eq!(
+        config(s)["schema"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| (f["key"].clone(), f["type"].clone(), f["label"].clone(), f["default"].clone()))
+            .collect::<Vec<_>>(),
+        [
+            (json!("LIMIT"), json!("int"), json!("Limit"), json!(3)),
+            (json!("NAME"), json!("str"), json!("Name"), json!("x"))
+        ]
+    );
+
+    // message_received: str replaces (each sees the previous), None passes, __IGNORED__ blocks.
+    assert_eq!(message(&d, "a1", "hi"), json!({"text": "hi [sync:3] [async:3]"}));
+    assert_eq!(message(&d, "a1", "keep-sync hi"), json!({"text": "keep-sync hi [async:3]"}));
+    assert_eq!(message(&d, "a1", "keep-sync keep-async"), json!({"text": "keep-sync keep-async"}));
+    assert_eq!(
+        message(&d, "a1", "drop-async x"),
+        json!({"blocked": true, "plugin": a, "reason": "ignored by hooks-async"})
+    );
+    assert_eq!(
+        message(&d, "a1", "drop-sync x"),
+        json!({"blocked": true, "plugin": s, "reason": "ignored by hooks-sync"})
+    );
+
+    // Tools through tool_call_pre (dict → args) and tool_call_post (value → result).
+    let r = tool(&d, "echo_sync", json!({"text": "x"}));
+    assert_eq!((r.status, r.json()), (200, json!({"result": "sync:x+pre-sync+post-sync"})));
+    let r = tool(&d, "echo_async", json!({"text": "y"}));
+    assert_eq!((r.status, r.json()), (200, json!({"result": "async:y+pre-async+post-async"})));
+    // tool_call_pre returning None blocks, from either kind of def; the tool never runs.
+    let r = tool(&d, "echo_sync", json!({"text": "z", "deny": "async"}));
+    assert_eq!((r.status, r.json()), (403, json!({"blocked": "blocked by hooks-async", "plugin": a})));
+    let r = tool(&d, "echo_async", json!({"text": "z", "deny": "sync"}));
+    assert_eq!((r.status, r.json()["plugin"].clone()), (403, json!(s)));
+    let ran = |name: &str| {
+        site.log(name).into_iter().filter(|l| l["hook"] == "tool").map(|l| l["text"].clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(ran(s), [json!("x+pre-sync")]);
+    assert_eq!(ran(a), [json!("y+pre-async")]);
+    let r = hook(&d, "tool_call_pre", json!({"name": "other", "args": {"k": 1}}));
+    assert_eq!(r.json(), json!({"value": {"k": 1}}));
+    let r = hook(&d, "tool_call_post", json!({"name": "other", "args": {}, "result": "r"}));
+    assert_eq!(r.json(), json!({"value": "r"}), "None: unchanged");
+
+    // agent_event_sent: "__IGNORED__" suppresses, dict replaces, None leaves it.
+    for v in ["sync", "async"] {
+        let r = hook(&d, "agent_event_sent", json!({"event": {"type": format!("secret-{v}")}}));
+        assert_eq!((r.status, r.json()["plugin"].clone()), (403, json!(format!("hooks-{v}"))), "{}", r.body);
+        let r = hook(&d, "agent_event_sent", json!({"event": {"type": format!("patch-{v}"), "n": 1}}));
+        assert_eq!(r.json(), json!({"value": {"type": format!("patch-{v}"), "n": 1, "patched": v}}));
+    }
+    let r = hook(&d, "agent_event_sent", json!({"event": {"type": "delta", "content": "c"}}));
+    assert_eq!(r.json(), json!({"value": {"type": "delta", "content": "c"}}));
+
+    // Memory hooks.
+    let r = hook(&d, "memory_read_pre", json!({"query": "q tag-sync tag-async", "filters": null}));
+    assert_eq!(r.json(), json!({"value": "q tag-sync tag-async|sync|async"}));
+    let r = hook(&d, "memory_read_pre", json!({"query": "plain", "filters": {"k": 1}}));
+    assert_eq!(r.json(), json!({"value": "plain"}));
+    let r = hook(&d, "memory_read_post", json!({"query": "q", "results": ["a", "hide-sync", "hide-async"]}));
+    assert_eq!(r.json(), json!({"value": ["a"]}));
+    let r = hook(&d, "memory_read_post", json!({"query": "q", "results": ["a"]}));
+    assert_eq!(r.json(), json!({"value": ["a"]}));
+    let r = hook(&d, "memory_write_pre", json!({"content": "secret-sync and secret-async", "metadata": {}}));
+    assert_eq!(r.json(), json!({"value": "[x] and [x]"}));
+    let r = hook(&d, "memory_write_pre", json!({"content": "open", "metadata": {}}));
+    assert_eq!(r.json(), json!({"value": "open"}));
+    let r = hook(&d, "memory_write_post", json!({"content": "c", "metadata": {"path": "p"}, "id": "n7"}));
+    assert_eq!((r.status, r.json()), (200, json!({})));
+    for name in [s, a] {
+        let posts: Vec<Value> = site.log(name).into_iter().filter(|l| l["hook"] == "memory_write_post").collect();
+        assert_eq!(posts, [json!({"hook": "memory_write_post", "content": "c", "id": "n7"})], "{name}");
+    }
+
+    // trigger_append: dict replaces (both ran), None refuses.
+    let post = |t: Value| d.post("/api/triggers", &t.to_string());
+    let r = post(json!({"id": "loud", "type": "interval", "interval_seconds": 1, "recall_description": "loud"}));
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!((&r.json()["seen_sync"], &r.json()["seen_async"]), (&json!(true), &json!(true)), "{}", r.body);
+    for v in ["sync", "async"] {
+        let r = post(
+            json!({"id": format!("no-{v}"), "type": "interval", "interval_seconds": 1, "recall_description": format!("nope-{v}")}),
+        );
+        assert_eq!((r.status, r.json()["plugin"].clone()), (403, json!(format!("hooks-{v}"))), "{}", r.body);
+        assert_eq!(d.get(&format!("/api/triggers/no-{v}")).status, 404, "not stored");
+    }
+    // trigger_fire: None cancels the firing; a chain stops at the block.
+    post(json!({"id": "mute-sync", "type": "interval", "interval_seconds": 1}));
+    post(json!({"id": "mute-async", "type": "interval", "interval_seconds": 1}));
+    let fire_log = |name: &str| {
+        site.log(name)
+            .into_iter()
+            .filter(|l| l["hook"] == "trigger_fire")
+            .map(|l| l["id"].as_str().unwrap_or("").to_owned())
+            .collect::<Vec<_>>()
+    };
+    within(10, "every trigger to reach trigger_fire", || {
+        let (sl, al) = (fire_log(s), fire_log(a));
+        ["loud", "mute-sync", "mute-async"].iter().all(|id| sl.iter().any(|x| x == id))
+            && ["loud", "mute-async"].iter().all(|id| al.iter().any(|x| x == id))
+    });
+    assert!(!fire_log(a).iter().any(|x| x == "mute-sync"), "blocked by hooks-sync first: {:?}", fire_log(a));
+    let fired: Vec<String> = d
+        .get("/api/triggers/fired")
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(fired.contains(&"loud".to_owned()), "{fired:?}");
+    assert!(!fired.iter().any(|id| id.starts_with("mute-")), "{fired:?}");
+    for id in ["loud", "mute-sync", "mute-async"] {
+        assert_eq!(d.send("DELETE", &format!("/api/triggers/{id}"), None).status, 200);
+    }
+
+    // read_symbolic: a sync and an async content function, computed on every read.
+    for v in ["sync", "async"] {
+        let path = format!("/plugins/hooks-{v}/live");
+        assert_eq!(d.get(&format!("/api/vfs?path={path}")).json()["content"], format!("{v} {path} read 1"));
+        assert_eq!(d.get(&format!("/api/vfs?path={path}")).json()["content"], format!("{v} {path} read 2"));
+        let note = d.get(&format!("/api/vfs?path=/plugins/hooks-{v}/note.md")).json();
+        assert_eq!(note["content"], format!("written by {v}"), "{note}");
+    }
+    let unawaited = d.get("/api/vfs?path=/plugins/hooks-async/unawaited.md").json();
+    assert_eq!(unawaited["content"], "no await", "an un-awaited ctx call still ran: {unawaited}");
+
+    // config_changed on PUT, and the next hook call sees the value (get_config with and without await).
+    let put = d.send("PUT", "/api/plugins/hooks-sync/config", Some(r#"{"values":{"LIMIT":"7"}}"#));
+    assert_eq!(put.status, 200, "{}", put.body);
+    let changes = |name: &str| site.log(name).into_iter().filter(|l| l["hook"] == "config_changed").collect::<Vec<_>>();
+    within(10, "config_changed at hooks-sync", || !changes(s).is_empty());
+    assert_eq!(changes(s), [json!({"hook": "config_changed", "key": "LIMIT", "old": 3, "new": 7})]);
+    let put = d.send("PUT", "/api/plugins/hooks-async/config", Some(r#"{"values":{"LIMIT":9}}"#));
+    assert_eq!(put.status, 200, "{}", put.body);
+    within(10, "config_changed at hooks-async", || !changes(a).is_empty());
+    assert_eq!(changes(a), [json!({"hook": "config_changed", "key": "LIMIT", "old": 3, "new": 9})]);
+    assert_eq!(message(&d, "a1", "hi"), json!({"text": "hi [sync:7] [async:9]"}));
+
+    // communicate: a dict, None → {"status": "ok"}, a list → 400, a raise → 500.
+    for (v, name) in [("sync", s), ("async", a)] {
+        assert_eq!(ask(&d, name, json!({"q": 1})), json!({"echo": {"q": 1}, "variant": v}));
+        assert_eq!(ask(&d, name, json!({"action": "none"})), json!({"status": "ok"}));
+        let r = communicate(&d, name, json!({"action": "list"}));
+        assert_eq!(
+            (r.status, r.json()["detail"].clone()),
+            (400, json!(format!("Plugin communicate result must be dict: {name}")))
+        );
+        let r = communicate(&d, name, json!({"action": "raise"}));
+        assert_eq!(r.status, 500, "{}", r.body);
+        assert!(r.body.contains(&format!("boom-{v}")), "{}", r.body);
+        assert_eq!(ask(&d, name, json!({"q": 2}))["variant"], v, "the worker survived the raise");
+    }
+
+    // Every ctx method, awaited (async) and not (sync).
+    for (v, name, limit) in [("sync", s, 7), ("async", a, 9)] {
+        let out = ask(&d, name, json!({"action": "ctx"}));
+        let other = if v == "sync" { "async" } else { "sync" };
+        assert_eq!(out["limit"], limit, "{out}");
+        assert_eq!(out["set"], "42", "set_config coerces by the schema: {out}");
+        assert_eq!(out["configs"], json!({"LIMIT": limit, "NAME": "42"}));
+        assert_eq!(out["note"], format!("written by {v}"));
+        assert_eq!(out["missing"], "dflt");
+        assert!(out["live"].as_str().unwrap().starts_with(&format!("{v} /plugins/hooks-{v}/live read ")), "{out}");
+        let mut listing = vec![json!("live"), json!("note.md")];
+        if v == "async" {
+            listing.push(json!("unawaited.md"));
+        }
+        assert_eq!(out["listing"], Value::Array(listing));
+        let t = &out["trigger"];
+        assert_eq!(
+            (&t["type"], &t["interval_seconds"], &t["recall_description"]),
+            (&json!("interval"), &json!(3600), &json!("updated")),
+            "trigger_update merges: {out}"
+        );
+        assert_eq!(t[format!("seen_{other}")], true, "the other plugin's trigger_append ran: {out}");
+        assert_eq!(t[format!("seen_{v}")], Value::Null, "not the creating plugin's own: {out}");
+        assert_eq!(
+            (&out["count"], &out["gone"], &out["invalid"]),
+            (&json!(1), &Value::Null, &json!("ValueError")),
+            "{out}"
+        );
+        assert_eq!(out["storage"], json!([v, format!("{v}-session"), "d"]));
+    }
+    within(10, "config_changed for set_config", || changes(s).len() >= 2 && changes(a).len() >= 2);
+    assert_eq!(
+        changes(s)[1],
+        json!({"hook": "config_changed", "key": "NAME", "old": "x", "new": "42"}),
+        "ctx.set_config fires it too"
+    );
+
+    // health_check (sync, and async — awaited), schedules, heartbeats.
+    let health = d.get("/api/agent/health").json();
+    assert_eq!(health[s], json!({"status": "ok", "variant": "sync"}), "{health}");
+    assert_eq!(health[a], json!({"status": "ok", "variant": "async"}), "{health}");
+    let count = |name: &str, what: &str| site.log(name).iter().filter(|l| l["hook"] == what).count();
+    within(10, "schedules of both", || count(s, "schedule") >= 2 && count(a, "schedule") >= 2);
+    within(25, "heartbeats of both", || count(s, "heartbeat") >= 1 && count(a, "heartbeat") >= 1);
+    let (ok, stderr) = d.stop();
+    assert!(ok, "{stderr}");
+}
