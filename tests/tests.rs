@@ -23,6 +23,7 @@ mod util;
 mod agent;
 mod cli;
 mod env;
+mod faust_shim;
 mod faustbot;
 mod launchers;
 mod limits;

@@ -689,8 +689,10 @@ class Worker:
                 )
                 refused.append({"kind": "schedule", "name": sid, "reason": reason})
                 continue
+            if sid in self.schedules:  # FaustBot: a later schedule of the same id wins
+                out = [o for o in out if o["id"] != sid]
             self.schedules[sid] = callback
-            out.append({"id": sid, "interval_secs": max(1, int(math.ceil(seconds)))})
+            out.append({"id": sid, "interval_secs": int(seconds) if seconds.is_integer() else seconds})
         return out
 
     def frontend_path(self, path):

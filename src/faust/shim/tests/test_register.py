@@ -77,8 +77,11 @@ class RegisterReply(unittest.TestCase):
             {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
         )
         self.assertEqual(tools["boom"]["parameters"], {"type": "object", "properties": {}})
-        # schedules: ids (given or made up), intervals in whole seconds; cron refused
-        self.assertEqual(reply["schedules"], [{"id": "poll", "interval_secs": 30}, {"id": fixture + "_2", "interval_secs": 1}])
+        # schedules: ids (given or made up), intervals in seconds, a repeated id: the later wins; cron refused
+        self.assertEqual(
+            reply["schedules"],
+            [{"id": "poll", "interval_secs": 30}, {"id": fixture + "_2", "interval_secs": 0.4}, {"id": "twice", "interval_secs": 6}],
+        )
         # frontend: paths relative to frontend/, foreign URLs not served, assets verbatim with plugin_id
         self.assertEqual(reply["frontend"], {"js": ["panel.js", "app-hook.js"], "css": ["css/panel.css"]})
         self.assertEqual(len(reply["frontend_assets"]), 4)
