@@ -514,23 +514,29 @@ class Worker:
             opts = getattr(fn, "faustbot_impl", None)
             if callable(fn) and isinstance(opts, dict) and not opts.get("specname"):
                 impls[name] = fn
-        # `@hookimpl(specname="message_received") def on_message(...)`
-        names = set(dir(type(self.plugin)))
+        # `@hookimpl(specname="message_received") def on_message(...)`: read the class
+        # dicts (not getattr on every name, which would run properties).
+        namespaces = []
         try:
-            names |= set(vars(self.plugin))
+            namespaces.append(vars(self.plugin))
         except TypeError:
             pass
-        for attr in sorted(names):
-            if attr.startswith("__"):
-                continue
-            try:
-                fn = getattr(self.plugin, attr)
-            except Exception:
-                continue
-            opts = getattr(fn, "faustbot_impl", None)
-            if callable(fn) and isinstance(opts, dict) and opts.get("specname") in PLUGGY_HOOKS:
-                if _defined(self.plugin, attr):
-                    impls[opts["specname"]] = fn
+        for klass in type(self.plugin).__mro__:
+            if klass in (FaustPlugin, object):
+                break
+            namespaces.append(vars(klass))
+        seen = set()
+        for namespace in namespaces:
+            for attr, value in list(namespace.items()):
+                if attr in seen:
+                    continue
+                seen.add(attr)
+                raw = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
+                opts = getattr(raw, "faustbot_impl", None) if callable(raw) else None
+                if isinstance(opts, dict) and opts.get("specname") in PLUGGY_HOOKS:
+                    fn = getattr(self.plugin, attr, None)
+                    if callable(fn):
+                        impls[opts["specname"]] = fn
         for name, fn in list(impls.items()):
             opts = getattr(fn, "faustbot_impl", {}) or {}
             if opts.get("wrapper") or opts.get("hookwrapper"):
@@ -810,7 +816,7 @@ class Worker:
     def hook_llm_request_pre(self, p):
         result, _ = self.call_impl("llm_request_pre", {"messages": p.get("messages") or [], "ctx": self.ctx})
         if isinstance(result, list) and result:
-            return replace(result)
+            return replace(jsonable(result))
         return PASS
 
     def hook_tool_call_pre(self, p):

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 sys.dont_write_bytecode = True
@@ -122,6 +123,13 @@ class FakeHost:
 
     def stderr(self):
         return "".join(self.stderr_lines)
+
+    def wait_stderr(self, text, timeout=5.0):
+        """The worker's stderr once it contains `text` (stderr is a second pipe: it may lag the answer)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.stderr() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.stderr()
 
     def _write(self, message):
         self.proc.stdin.write((json.dumps(message) + "\n").encode("utf-8"))

@@ -213,7 +213,7 @@ class RaisingHook(unittest.TestCase):
         with self.assertRaises(HookError) as e:
             h.hook("message_received", text="boom")
         self.assertEqual(e.exception.message, "RuntimeError: exploded on purpose")
-        self.assertIn("exploded on purpose", h.stderr())
+        self.assertIn("exploded on purpose", h.wait_stderr("exploded on purpose"))
         with self.assertRaises(HookError) as e:
             h.hook("message_received", text="exit")
         self.assertEqual(e.exception.message, "SystemExit: 3")

@@ -117,7 +117,7 @@ class RegisterReply(unittest.TestCase):
 
     def test_sync_plugin_reply(self):
         host, _ = self.check_reply("sync-all", "Sync")
-        self.assertIn("a plugin printing to stdout must not break the protocol", host.stderr())
+        self.assertIn("a plugin printing to stdout must not break the protocol", host.wait_stderr("a plugin printing to stdout must not break the protocol"))
 
     def test_async_plugin_reply(self):
         self.check_reply("async-all", "Async")
@@ -136,7 +136,7 @@ class RegisterReply(unittest.TestCase):
             host.hook("communicate", payload={})
         self.assertEqual(e.exception.message, "Plugin does not support communicate: undecorated")
         self.assertEqual(host.hook("health_check"), {"status": "ok"})
-        self.assertIn("hook wrapper", host.stderr())
+        self.assertIn("hook wrapper", host.wait_stderr("hook wrapper"))
 
     def test_old_style_plugin(self):
         host = FakeHost("oldstyle")
