@@ -392,8 +392,9 @@ fn the_examples_run_unmodified_through_faustbots_routes_and_the_agent_loop() {
     );
 
     // --- reminder: the schedule and the heartbeat (every 10 s, as in FaustBot) ---
-    let state = ask(&d, "reminder", json!({"action": "get_state"}))["state"].clone();
-    assert!(state["sweeps"].as_u64().unwrap() >= 2, "the 1 s sweep runs: {state}");
+    within(10, "the 1 s sweep to run twice", || {
+        ask(&d, "reminder", json!({"action": "get_state"}))["state"]["sweeps"].as_u64() >= Some(2)
+    });
     within(25, "a heartbeat", || {
         ask(&d, "reminder", json!({"action": "get_state"}))["state"]["heartbeats"].as_u64() >= Some(1)
     });
@@ -846,4 +847,258 @@ fn every_hook_maps_the_same_written_as_def_and_as_async_def() {
     within(25, "heartbeats of both", || count(s, "heartbeat") >= 1 && count(a, "heartbeat") >= 1);
     let (ok, stderr) = d.stop();
     assert!(ok, "{stderr}");
+}
+
+// --- lifecycle: permissions, failures, enabled, reload ------------------------
+
+/// A plugin answering communicate with `{"v": version}` and logging its
+/// unload.
+fn morph(version: u32, startup_body: &str) -> String {
+    format!(
+        r#"import json, os
+from faust_backend.plugin_system import FaustPlugin, hookimpl
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class Plugin(FaustPlugin):
+    async def startup(self, ctx):
+        self.ctx = ctx
+        {startup_body}
+
+    @hookimpl
+    def plugin_unloaded(self, ctx):
+        with open(os.path.join(HERE, "log.jsonl"), "a") as f:
+            f.write(json.dumps({{"unloaded": {version}}}) + "\n")
+
+    def communicate_handler(self, payload, ctx):
+        return {{"v": {version}}}
+
+
+def get_plugin():
+    return Plugin()
+"#
+    )
+}
+
+#[test]
+fn permissions_failing_plugins_enabled_false_and_reload_of_one_plugin() {
+    let site = Site::new();
+    // Registers two tools but may use one; offers LangChain-style middleware;
+    // its undecorated tool_call_pre is no hook (pluggy's rule), so it cannot block anything.
+    site.faust(
+        "greedy",
+        json!({"permissions": ["tool:allowed", "middleware:audit"]}),
+        r#"from faust_backend.plugin_system import FaustPlugin, MiddlewareSpec, ToolSpec, hookimpl
+
+
+def allowed(x: int) -> int:
+    """Double x."""
+    return 2 * x
+
+
+def peek(path: str) -> str:
+    """Read any file."""
+    return open(path).read()
+
+
+class AuditMiddleware:
+    pass
+
+
+class Plugin(FaustPlugin):
+    def register_tools(self, ctx):
+        return [allowed, ToolSpec(name="peek", tool=peek)]
+
+    def register_middlewares(self, ctx):
+        return [MiddlewareSpec(name="audit", middleware=AuditMiddleware())]
+
+    def tool_call_pre(self, name, args, ctx):
+        return None
+
+
+def get_plugin():
+    return Plugin()
+"#,
+    );
+    site.faust(
+        "boom",
+        json!({}),
+        "from faust_backend.plugin_system import FaustPlugin\n\n\nclass Plugin(FaustPlugin):\n    async def startup(self, ctx):\n        raise RuntimeError(\"no database here\")\n\n\ndef get_plugin():\n    return Plugin()\n",
+    );
+    site.faust(
+        "brokenimport",
+        json!({}),
+        "import ctxhost_surely_missing_dependency\nfrom faust_backend.plugin_system import FaustPlugin\n\n\nclass Plugin(FaustPlugin):\n    pass\n",
+    );
+    site.faust(
+        "sleeper",
+        json!({"enabled": false}),
+        "from faust_backend.plugin_system import FaustPlugin\n\n\nclass Plugin(FaustPlugin):\n    def communicate_handler(self, payload, ctx):\n        return {\"awake\": True}\n",
+    );
+    site.faust("morph", json!({}), &morph(1, "pass"));
+    let d = site.start(&[]);
+
+    // Permissions: only `tool:allowed` is granted; the rest is refused, and said so.
+    let greedy = agent_plugin(&d, "greedy");
+    assert_eq!(greedy["tools"], json!(["allowed"]), "{greedy}");
+    assert!(!greedy["hooks"].as_array().unwrap().contains(&json!("tool_call_pre")), "undecorated: no hook: {greedy}");
+    let refused = greedy["refused"].as_array().unwrap();
+    let peek =
+        refused.iter().find(|r| r["kind"] == "tool" && r["name"] == "peek").unwrap_or_else(|| panic!("{greedy}"));
+    assert!(peek["reason"].as_str().unwrap().contains("\"tool:peek\""), "{peek}");
+    let audit = refused
+        .iter()
+        .find(|r| r["kind"] == "middleware" && r["name"] == "audit")
+        .unwrap_or_else(|| panic!("{greedy}"));
+    assert!(audit["reason"].as_str().unwrap().contains("middleware is not supported"), "a clear message: {audit}");
+    let tools: Vec<Value> = d.get("/api/tools").json().as_array().unwrap().iter().map(|t| t["name"].clone()).collect();
+    assert_eq!(tools, [json!("allowed")]);
+    assert_eq!(tool(&d, "peek", json!({"path": "/etc/passwd"})).status, 404, "not callable");
+    let r = tool(&d, "allowed", json!({"x": 21}));
+    assert_eq!((r.status, r.json()), (200, json!({"result": 42})));
+
+    // A plugin raising in startup, and one whose import fails with no readable deps: out, with their error.
+    let all = agent_plugins(&d);
+    let error = |name: &str| {
+        all.iter()
+            .find(|p| p["name"] == name)
+            .and_then(|p| p["error"].as_str())
+            .unwrap_or_else(|| panic!("{name} is not listed as failed: {all:?}"))
+            .to_owned()
+    };
+    let boom = error("boom");
+    assert!(boom.contains("startup") && boom.contains("RuntimeError: no database here"), "{boom}");
+    let broken = error("brokenimport");
+    assert!(broken.contains("No module named 'ctxhost_surely_missing_dependency'"), "{broken}");
+    assert!(broken.contains("requirements.txt"), "asks for a requirements.txt: {broken}");
+    assert_eq!(communicate(&d, "boom", json!({})).status, 404);
+    assert_eq!(communicate(&d, "brokenimport", json!({})).status, 404);
+    assert_eq!(ask(&d, "morph", json!({})), json!({"v": 1}), "the others run");
+
+    // "enabled": false in plugin.json: off until enabled.
+    assert!(!all.iter().any(|p| p["name"] == "sleeper"), "{all:?}");
+    let r = communicate(&d, "sleeper", json!({}));
+    assert_eq!((r.status, r.json()["detail"].clone()), (503, json!("Plugin is disabled: sleeper")));
+    site.ctxhost(&["plugin", "enable", "sleeper"]);
+    let r = d.post("/api/plugins/sleeper/reload", "");
+    assert_eq!((r.status, r.json()["active"].clone()), (200, json!(true)), "{}", r.body);
+    assert_eq!(ask(&d, "sleeper", json!({})), json!({"awake": true}));
+
+    // Reload picks up a changed impl.py; the old instance gets plugin_unloaded.
+    write(&site.plugin_dir("morph").join("impl.py"), &morph(2, "pass"));
+    let r = d.post("/api/plugins/morph/reload", "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(ask(&d, "morph", json!({})), json!({"v": 2}));
+    assert_eq!(site.log("morph"), [json!({"unloaded": 1})]);
+    // A new version failing in startup is refused; the running one stays.
+    write(&site.plugin_dir("morph").join("impl.py"), &morph(3, "raise ValueError('bad config')"));
+    let r = d.post("/api/plugins/morph/reload", "");
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("bad config"), "{}", r.body);
+    assert_eq!(ask(&d, "morph", json!({})), json!({"v": 2}));
+    // A plugin that failed at start joins once fixed and reloaded.
+    write(&site.plugin_dir("boom").join("impl.py"), &morph(7, "pass"));
+    let r = d.post("/api/plugins/boom/reload", "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(ask(&d, "boom", json!({})), json!({"v": 7}));
+    assert!(agent_plugin(&d, "boom").get("error").is_none(), "no longer failed");
+    let (ok, stderr) = d.stop();
+    assert!(ok, "{stderr}");
+}
+
+// --- dependencies in the plugin's own virtual environment --------------------
+
+/// Writes `ctxhost_faust_probe-0.1-py3-none-any.whl` into `dir` by hand (a
+/// wheel is a zip: the package, METADATA, WHEEL and RECORD), so pip can
+/// install it with no index and no network.
+fn write_probe_wheel(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let script = "import sys, zipfile\n\
+        with zipfile.ZipFile(sys.argv[1], 'w') as z:\n\
+        \x20   z.writestr('ctxhost_faust_probe/__init__.py', 'VALUE = \"from-the-venv\"\\n')\n\
+        \x20   d = 'ctxhost_faust_probe-0.1.dist-info/'\n\
+        \x20   z.writestr(d + 'METADATA', 'Metadata-Version: 2.1\\nName: ctxhost_faust_probe\\nVersion: 0.1\\n')\n\
+        \x20   z.writestr(d + 'WHEEL', 'Wheel-Version: 1.0\\nGenerator: ctxhost-tests\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\n\
+        \x20   z.writestr(d + 'RECORD', '')\n";
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(dir.join("ctxhost_faust_probe-0.1-py3-none-any.whl"))
+        .output()
+        .expect("run python3");
+    assert!(out.status.success(), "writing the wheel failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A plugin importing the probe package at module level; `deps` is the
+/// body of its `register_pip_deps` (None: not defined).
+fn probe_plugin(deps: Option<&str>) -> String {
+    let deps = deps.map_or(String::new(), |d| format!("\n    def register_pip_deps(self):\n        {d}\n"));
+    format!(
+        r#"import sys
+
+import ctxhost_faust_probe
+from faust_backend.plugin_system import FaustPlugin
+
+
+class Plugin(FaustPlugin):
+    def communicate_handler(self, payload, ctx):
+        return {{"value": ctxhost_faust_probe.VALUE, "prefix": sys.prefix}}
+{deps}
+
+def get_plugin():
+    return Plugin()
+"#
+    )
+}
+
+#[test]
+fn dependencies_go_into_each_plugins_own_venv_before_the_import() {
+    crate::util::require_program("python3", "python3 python3-venv");
+    let site = Site::new();
+    let wheels = site.home().join("wheels");
+    write_probe_wheel(&wheels);
+    site.faust("deps-req", json!({}), &probe_plugin(None));
+    write(&site.plugin_dir("deps-req").join("requirements.txt"), "ctxhost_faust_probe==0.1\n");
+    site.faust("deps-static", json!({}), &probe_plugin(Some("return [\"ctxhost_faust_probe==0.1\"]")));
+    site.faust("deps-unfindable", json!({}), &probe_plugin(None));
+    write(&site.plugin_dir("deps-unfindable").join("requirements.txt"), "ctxhost_not_in_any_index==1.0\n");
+    let started = Instant::now();
+    let d = site.start(&[("PIP_NO_INDEX", "1"), ("PIP_FIND_LINKS", wheels.to_str().unwrap())]);
+    let start_ms = started.elapsed().as_millis();
+
+    for id in ["deps-req", "deps-static"] {
+        let venv = site.home().join("venvs").join(id);
+        assert_eq!(
+            ask(&d, id, json!({})),
+            json!({"value": "from-the-venv", "prefix": venv.to_str().unwrap()}),
+            "{id} imported its dependency from its own venv"
+        );
+    }
+    // The system python cannot import it: it is in the venvs only.
+    let system = std::process::Command::new("python3").args(["-c", "import ctxhost_faust_probe"]).output().unwrap();
+    assert!(!system.status.success());
+    assert!(String::from_utf8_lossy(&system.stderr).contains("No module named 'ctxhost_faust_probe'"));
+    // A requirement pip cannot find leaves that plugin out, with pip's reason (in the log).
+    assert_eq!(communicate(&d, "deps-unfindable", json!({})).status, 404);
+    let all = agent_plugins(&d);
+    let (ok, stderr) = d.stop();
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("plugin 'deps-unfindable' is left out of the agent loop: its dependencies:")
+            && stderr.contains("ctxhost_not_in_any_index"),
+        "{stderr}"
+    );
+
+    // A second start finds the environments ready (no pip run).
+    std::fs::remove_dir_all(site.plugin_dir("deps-unfindable")).unwrap();
+    let again = Instant::now();
+    let d = site.start(&[("PIP_NO_INDEX", "1"), ("PIP_FIND_LINKS", wheels.to_str().unwrap())]);
+    let restart_ms = again.elapsed().as_millis();
+    assert_eq!(ask(&d, "deps-static", json!({}))["value"], "from-the-venv");
+    assert!(d.stop().0);
+    eprintln!("faustbot deps: first start (two venvs built) {start_ms} ms, second start {restart_ms} ms");
+    // The plugin pip failed for is listed with its error, as a plugin failing to start is.
+    let failed = all.iter().find(|p| p["name"] == "deps-unfindable");
+    let failed = failed.unwrap_or_else(|| panic!("deps-unfindable is not listed in GET /api/agent/plugins: {all:?}"));
+    assert!(failed["error"].as_str().unwrap_or("").contains("ctxhost_not_in_any_index"), "{failed}");
 }
