@@ -163,6 +163,19 @@ class CtxWithoutHost(unittest.TestCase):
         self.assertEqual(type(not_awaited).__name__, "Ready")
         self.assertEqual(self.seen, ["A", "A"], "the work was done even when not awaited")
 
+    def test_comprehensions_in_async_code_give_awaitables(self):
+        async def main():
+            listed = await asyncio.gather(*[self.ctx.get_config(k) for k in ("A", "B")])
+            generated = await asyncio.gather(*(self.ctx.get_config(k, 0) for k in ("A", "B")))
+            awaited = [await self.ctx.get_config(k) for k in ("A",)]
+            return listed, generated, awaited
+
+        self.assertEqual(asyncio.run(main()), ([1, None], [1, 0], [1]))
+
+    def test_comprehensions_in_sync_code_give_values(self):
+        self.assertEqual([self.ctx.get_config(k) for k in ("A", "B")], [1, None])
+        self.assertEqual(list(self.ctx.get_config(k, 0) for k in ("A", "B")), [1, 0])
+
     def test_async_generator_caller_awaits(self):
         async def gen():
             yield await self.ctx.get_config("A")

@@ -141,13 +141,27 @@ class Ready:
         return "<ctxhost result %r (already done; await it or ignore it)>" % (self.value,)
 
 
+_COMPREHENSIONS = ("<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>")
+
+
 def caller_is_async(depth=2):
-    """Whether the frame `depth` levels above the caller of this function runs a coroutine."""
+    """Whether the frame `depth` levels above the caller of this function runs a coroutine.
+
+    A comprehension or generator expression (its own frame before Python
+    3.12) counts as the code it runs in: `gather(*[ctx.get_config(k) for k in
+    keys])` inside an `async def` gets awaitables.
+    """
     try:
         frame = sys._getframe(depth)
     except ValueError:
         return False
-    return bool(frame.f_code.co_flags & _ASYNC_FLAGS)
+    while frame is not None:
+        if frame.f_code.co_flags & _ASYNC_FLAGS:
+            return True
+        if frame.f_code.co_name not in _COMPREHENSIONS:
+            return False
+        frame = frame.f_back
+    return False
 
 
 def maybe_awaitable(value, caller_async):
