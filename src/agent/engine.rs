@@ -205,6 +205,7 @@ impl AgentEngine {
         let mut warnings = Vec::new();
         let mut plugins = Vec::new();
         let mut deps_declared = std::collections::BTreeMap::new();
+        let mut failed = std::collections::BTreeMap::new();
         for name in crate::registry::installed(cx.home) {
             let dir = cx.home.plugins_dir().join(&name);
             if !crate::faust::is_plugin_dir(&dir) || !crate::registry::is_enabled(cx.home, &name) {
@@ -217,7 +218,9 @@ impl AgentEngine {
                         deps_declared.insert(name.clone(), prepared.declared);
                     }
                     Err(e) => {
-                        warnings.push(format!("plugin '{name}' is left out of the agent loop: its dependencies: {e}"));
+                        let error = format!("its dependencies: {e}");
+                        warnings.push(format!("plugin '{name}' is left out of the agent loop: {error}"));
+                        failed.insert(name.clone(), error);
                         continue;
                     }
                 }
@@ -228,11 +231,17 @@ impl AgentEngine {
                     Err(e) => warnings.push(format!("plugin '{name}': host services: {e}")),
                 },
                 Ok(_) => {}
-                Err(e) => warnings.push(format!("plugin '{name}' is left out of the agent loop: {e}")),
+                Err(e) => {
+                    warnings.push(format!("plugin '{name}' is left out of the agent loop: {e}"));
+                    if crate::faust::is_faust_plugin(&dir) {
+                        failed.insert(name.clone(), e.to_string());
+                    }
+                }
             }
         }
         let engine = AgentEngine::new(plugins, shared.clone(), metrics);
         engine.deps_declared.lock().unwrap_or_else(|p| p.into_inner()).extend(deps_declared);
+        engine.failed.lock().unwrap_or_else(|p| p.into_inner()).extend(failed);
         Ok((engine, warnings))
     }
 

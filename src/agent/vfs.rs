@@ -104,11 +104,20 @@ impl Vfs {
         }
         if let Writer::Plugin(name) = writer {
             let root = plugin_root(name);
-            if path != root && !path.starts_with(&format!("{root}/")) {
+            if !Self::owns(&root, &path) {
                 return Err(VfsError::NotYours { plugin: name.to_owned(), root, path });
             }
         }
         Ok(path)
+    }
+
+    /// A plugin owns its root, everything below it, and the single files
+    /// `<root>.<ext>` beside it (FaustBot plugins describe themselves in
+    /// `/plugins/<id>.md`). Not `<root>-…`: that is another plugin's name.
+    fn owns(root: &str, path: &str) -> bool {
+        path == root
+            || path.starts_with(&format!("{root}/"))
+            || path.strip_prefix(&format!("{root}.")).is_some_and(|ext| !ext.is_empty() && !ext.contains('/'))
     }
 
     fn owner(writer: Writer<'_>) -> String {
@@ -223,6 +232,10 @@ mod tests {
         let err = vfs.write(notes, "/plugins/notes/../other/x", "no").unwrap_err().to_string();
         assert_eq!(err, "plugin 'notes' may only write below /plugins/notes, not /plugins/other/x");
         assert!(vfs.write(notes, "/plugins/notesX/y", "no").is_err(), "a prefix of another name is not its subtree");
+        assert!(vfs.write(notes, "/plugins/notes-b/y", "no").is_err(), "`notes-b` is another plugin's name");
+        assert_eq!(vfs.write(notes, "/plugins/notes.md", "about").unwrap(), "/plugins/notes.md", "its own .md beside");
+        assert!(vfs.write(notes, "/plugins/notes./x", "no").is_err());
+        vfs.delete(notes, "/plugins/notes.md").unwrap();
         assert!(vfs.delete(Writer::Plugin("other"), "/plugins/notes").is_err());
 
         assert_eq!(vfs.read("/plugins/notes/today.md"), Read::Text("milk".into()));

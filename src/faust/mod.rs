@@ -73,6 +73,9 @@ fn generated_manifest(pj: &PluginJson, cx: &LoadContext<'_>) -> toml::Table {
     hooks.insert("runtime".into(), s("python"));
     hooks.insert("persistent_subprocess".into(), toml::Value::Boolean(true));
     hooks.insert("worker_protocol".into(), s("jsonrpc"));
+    // A FaustBot plugin keeps state in memory between calls (FaustBot never
+    // restarts it), so its worker is not stopped for being idle (a day).
+    hooks.insert("worker_idle_secs".into(), toml::Value::Integer(86_400));
     for hook in SHIM_HOOKS {
         hooks.insert(hook.as_str().into(), s(&pj.entry));
     }
