@@ -110,7 +110,7 @@ fn list_shows_every_plugin_and_a_broken_one_with_its_error() {
              "error": format!("invalid plugin manifest `{}`, key `version`: missing required key",
                               broken.join("plugin.toml").display())},
             {"name": "empty", "version": "", "runtime": "unknown", "hooks": [], "enabled": true,
-             "error": format!("`{}` has no plugin.toml", s.plugins().join("empty").display())},
+             "error": format!("`{}` has no plugin.toml or plugin.json", s.plugins().join("empty").display())},
         ])
     );
     let a = s.cmd(&["plugin", "list"]).assert().success();
