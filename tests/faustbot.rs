@@ -1009,24 +1009,8 @@ def get_plugin():
 
 // --- dependencies in the plugin's own virtual environment --------------------
 
-/// Writes `ctxhost_faust_probe-0.1-py3-none-any.whl` into `dir` by hand (a
-/// wheel is a zip: the package, METADATA, WHEEL and RECORD), so pip can
-/// install it with no index and no network.
 fn write_probe_wheel(dir: &Path) {
-    std::fs::create_dir_all(dir).unwrap();
-    let script = "import sys, zipfile\n\
-        with zipfile.ZipFile(sys.argv[1], 'w') as z:\n\
-        \x20   z.writestr('ctxhost_faust_probe/__init__.py', 'VALUE = \"from-the-venv\"\\n')\n\
-        \x20   d = 'ctxhost_faust_probe-0.1.dist-info/'\n\
-        \x20   z.writestr(d + 'METADATA', 'Metadata-Version: 2.1\\nName: ctxhost_faust_probe\\nVersion: 0.1\\n')\n\
-        \x20   z.writestr(d + 'WHEEL', 'Wheel-Version: 1.0\\nGenerator: ctxhost-tests\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\n\
-        \x20   z.writestr(d + 'RECORD', '')\n";
-    let out = std::process::Command::new("python3")
-        .args(["-c", script])
-        .arg(dir.join("ctxhost_faust_probe-0.1-py3-none-any.whl"))
-        .output()
-        .expect("run python3");
-    assert!(out.status.success(), "writing the wheel failed: {}", String::from_utf8_lossy(&out.stderr));
+    crate::util::write_wheel(dir, "ctxhost_faust_probe", "from-the-venv");
 }
 
 /// A plugin importing the probe package at module level; `deps` is the

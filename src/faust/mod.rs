@@ -41,30 +41,9 @@ pub fn is_plugin_dir(dir: &Path) -> bool {
     dir.join(MANIFEST_FILE).is_file() || dir.join(PLUGIN_JSON).is_file()
 }
 
-/// The hooks the shim serves for every FaustBot plugin; the plugin's
-/// `register` reply narrows them to what it implements.
-pub const SHIM_HOOKS: &[HookName] = &[
-    HookName::Register,
-    HookName::Unload,
-    HookName::MessageReceived,
-    HookName::LlmRequestPre,
-    HookName::ToolCallPre,
-    HookName::ToolCallPost,
-    HookName::AgentEventSent,
-    HookName::MemoryReadPre,
-    HookName::MemoryReadPost,
-    HookName::MemoryWritePre,
-    HookName::MemoryWritePost,
-    HookName::TriggerAppend,
-    HookName::TriggerFire,
-    HookName::Heartbeat,
-    HookName::HealthCheck,
-    HookName::ConfigChanged,
-    HookName::Communicate,
-    HookName::RunSchedule,
-    HookName::CallTool,
-    HookName::ReadSymbolic,
-];
+/// The hooks the shim serves for every FaustBot plugin — every agent-loop
+/// hook; the plugin's `register` reply narrows them to what it implements.
+pub const SHIM_HOOKS: &[HookName] = &HookName::AGENT;
 
 /// The manifest ctxhost runs a FaustBot plugin with.
 fn generated_manifest(pj: &PluginJson, cx: &LoadContext<'_>) -> toml::Table {

@@ -122,3 +122,25 @@ pub fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+/// Writes `<package>-0.1-py3-none-any.whl` into `dir` by hand (a wheel is a
+/// zip: the package — whose `VALUE` is `value` —, METADATA, WHEEL and RECORD),
+/// so pip can install it with no index and no network.
+pub fn write_wheel(dir: &Path, package: &str, value: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    let script = "import sys, zipfile\n\
+        pkg, value = sys.argv[2], sys.argv[3]\n\
+        with zipfile.ZipFile(sys.argv[1], 'w') as z:\n\
+        \x20   z.writestr(pkg + '/__init__.py', 'VALUE = %r\\n' % value)\n\
+        \x20   d = pkg + '-0.1.dist-info/'\n\
+        \x20   z.writestr(d + 'METADATA', 'Metadata-Version: 2.1\\nName: %s\\nVersion: 0.1\\n' % pkg)\n\
+        \x20   z.writestr(d + 'WHEEL', 'Wheel-Version: 1.0\\nGenerator: ctxhost-tests\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\n\
+        \x20   z.writestr(d + 'RECORD', '')\n";
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(dir.join(format!("{package}-0.1-py3-none-any.whl")))
+        .args([package, value])
+        .output()
+        .expect("run python3");
+    assert!(out.status.success(), "writing the wheel failed: {}", String::from_utf8_lossy(&out.stderr));
+}
