@@ -3,39 +3,15 @@
 //! combine rule with real plugins, config_changed, triggers, schedules,
 //! communicate, and services surviving a restart.
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::util::examples::copy_example;
 use crate::util::http::Daemon;
+use crate::util::site::Site;
 use crate::util::write;
 
-/// A home with a plugins dir.
-struct Site {
-    dir: tempfile::TempDir,
-}
-
 impl Site {
-    fn new() -> Site {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
-        Site { dir }
-    }
-
-    fn home(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn plugin_dir(&self, name: &str) -> PathBuf {
-        self.home().join("plugins").join(name)
-    }
-
-    fn example(&self, name: &str) {
-        copy_example(name, &self.plugin_dir(name));
-    }
-
     /// A python one-shot plugin: `hooks` are `(hook, body)`; each body runs
     /// with `req` (the request), `here` (the plugin dir) and `log(line)`
     /// (appends to `<plugin>/log.jsonl`) defined, and prints `reply`.
@@ -57,18 +33,6 @@ impl Site {
             );
         }
         write(&dir.join("plugin.toml"), &toml);
-    }
-
-    fn log(&self, name: &str) -> Vec<Value> {
-        std::fs::read_to_string(self.plugin_dir(name).join("log.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-
-    fn start(&self) -> Daemon {
-        Daemon::start(self.home(), &[], &[])
     }
 }
 
@@ -97,7 +61,7 @@ fn guard_set(example: &str) {
     let site = Site::new();
     site.example(example);
     shell_tool(&site);
-    let d = site.start();
+    let d = site.start(&[]);
     let pre = |command: &str, tool: &str| {
         d.post(
             "/api/agent-hooks/tool_call_pre",
@@ -184,7 +148,7 @@ fn message_chain_runs_in_priority_order_isolates_a_failing_plugin_and_blocks() {
         "priority = -1",
         &[("message_received", "reply = '__IGNORED__' if 'spam' in req['text'] else req['text'] + '!'")],
     );
-    let d = site.start();
+    let d = site.start(&[]);
     let r = d.post("/api/agents/a1/messages", r#"{"text":"hello"}"#);
     assert_eq!((r.status, r.json()), (200, json!({"text": "hello [high] [a] [b]!"})), "{}", r.body);
     let r = d.post("/api/agents/a1/messages", r#"{"text":"buy spam","origin":"trigger_background"}"#);
@@ -219,7 +183,7 @@ fn a_block_stops_the_chain_before_later_plugins() {
         &[("tool_call_pre", "reply = {'action': 'block', 'reason': req['args']['command']}")],
     );
     site.python("third", "priority = 0", &[("tool_call_pre", "log(req)")]);
-    let d = site.start();
+    let d = site.start(&[]);
     let r = d.post("/api/agent-hooks/tool_call_pre", r#"{"name":"x","args":{"command":"go"}}"#);
     assert_eq!((r.status, r.json()), (403, json!({"blocked": "go --safe", "plugin": "second"})));
     assert!(site.log("third").is_empty(), "nothing runs after a block");
@@ -234,7 +198,7 @@ fn config_changed_fires_for_every_set_and_config_survives_a_restart() {
         "[agent_config]\nLIMIT = { type = \"int\", label = \"Limit\", default = 3 }\nNAME = { type = \"str\", default = \"x\" }\n",
         &[("config_changed", "log(req)")],
     );
-    let d = site.start();
+    let d = site.start(&[]);
     let path = "/api/plugins/watcher/config";
     assert_eq!(d.get(path).json()["values"], json!({"LIMIT": 3, "NAME": "x"}));
     let r = d.send("PUT", path, Some(r#"{"values":{"LIMIT":"7"}}"#));
@@ -252,7 +216,7 @@ fn config_changed_fires_for_every_set_and_config_survives_a_restart() {
     assert_eq!((&calls[0]["key"], &calls[0]["old"], &calls[0]["new"]), (&json!("LIMIT"), &json!(3), &json!(7)));
     assert_eq!((&calls[1]["old"], &calls[1]["new"]), (&json!(7), &json!(7)), "every set fires, even an unchanged one");
     assert!(d.stop().0);
-    let d = site.start();
+    let d = site.start(&[]);
     assert_eq!(d.get(path).json()["values"], json!({"LIMIT": 7, "NAME": "x"}), "persisted");
     assert_eq!(d.get("/api/plugins/nope/config").status, 404);
     assert!(d.stop().0);
@@ -275,7 +239,7 @@ fn triggers_fire_expire_merge_and_survive_a_restart() {
             ),
         ],
     );
-    let d = site.start();
+    let d = site.start(&[]);
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
     let post = |t: Value| d.post("/api/triggers", &t.to_string());
     let r = post(json!({"id": "spam", "type": "interval", "interval_seconds": 1}));
@@ -312,7 +276,7 @@ fn triggers_fire_expire_merge_and_survive_a_restart() {
     assert_eq!(list[0]["id"], "tick", "highest priority first: {list}");
     assert!(d.stop().0);
 
-    let d = site.start();
+    let d = site.start(&[]);
     let ids: Vec<Value> = d.get("/api/triggers").json().as_array().unwrap().iter().map(|t| t["id"].clone()).collect();
     assert_eq!(ids, [json!("tick"), json!("later")], "persisted across a restart");
     assert!(d.stop().0);
@@ -321,7 +285,7 @@ fn triggers_fire_expire_merge_and_survive_a_restart() {
 #[test]
 fn event_triggers_fire_with_their_payload() {
     let site = Site::new();
-    let d = site.start();
+    let d = site.start(&[]);
     let r =
         d.post("/api/triggers", r#"{"id":"on-deploy","type":"event","event_name":"deploy","recall_description":"x"}"#);
     assert_eq!(r.status, 201, "{}", r.body);
@@ -344,7 +308,7 @@ fn schedules_never_overlap_and_heartbeats_come() {
             ("heartbeat", "log({'at': 'beat'})"),
         ],
     );
-    let d = site.start();
+    let d = site.start(&[]);
     eventually("three schedule runs", || site.log("ticker").iter().filter(|l| l["at"] == "end").count() >= 3);
     assert!(d.stop().0);
     let runs: Vec<Value> = site.log("ticker").into_iter().filter(|l| l["at"] != "beat").collect();
@@ -366,7 +330,7 @@ fn communicate_routes_by_id_with_faustbots_statuses() {
         &[("communicate", "reply = [1, 2] if req['payload'].get('bad') else {'echo': req['payload']}")],
     );
     site.python("mute", "", &[("tool_call_pre", "pass")]);
-    let d = site.start();
+    let d = site.start(&[]);
     let r = d.post("/faust/plugins/talker/communicate", r#"{"q":1}"#);
     assert_eq!((r.status, r.json()), (200, json!({"echo": {"q": 1}})));
     assert_eq!(d.post("/faust/plugins/talker/communicate", r#"{"bad":true}"#).status, 400);
@@ -383,7 +347,7 @@ fn tools_are_listed_and_a_run_transcript_goes_through_the_loop() {
     let site = Site::new();
     shell_tool(&site);
     site.example("guard-node");
-    let d = site.start();
+    let d = site.start(&[]);
     let tools = d.get("/api/tools").json();
     assert_eq!(tools[0]["plugin"], "shell");
     assert_eq!(tools[0]["name"], "shell_exec");
@@ -478,7 +442,7 @@ fn vfs_paths_are_normalised_symbolic_nodes_computed_and_services_survive_a_resta
     let site = Site::new();
     service_worker(&site, "notes");
     service_worker(&site, "reader");
-    let d = site.start();
+    let d = site.start(&[]);
     let out = calls(
         &d,
         "notes",
@@ -523,7 +487,7 @@ fn vfs_paths_are_normalised_symbolic_nodes_computed_and_services_survive_a_resta
     assert_eq!(out[3], json!({"ok": null}), "storage is per plugin");
     assert!(d.stop().0);
 
-    let d = site.start();
+    let d = site.start(&[]);
     let out = calls(
         &d,
         "notes",
@@ -546,7 +510,7 @@ fn reloading_an_agent_plugin_swaps_it_and_disabling_takes_it_out() {
     let site = Site::new();
     let v = |tag: &str| format!("reply = {{'action': 'replace', 'value': req['text'] + ' {tag}'}}");
     site.python("tagger", "", &[("message_received", &v("v1"))]);
-    let d = site.start();
+    let d = site.start(&[]);
     let say = || d.post("/api/agents/a1/messages", r#"{"text":"hi"}"#).json()["text"].clone();
     assert_eq!(say(), "hi v1");
     site.python("tagger", "version_note = 2", &[("message_received", &v("v2"))]);

@@ -8,40 +8,17 @@
 //! Each test shares one daemon across many checks (the python workers are
 //! persistent, so a check costs a request, not a process start).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::util::examples::{copy_example, repo_root};
+use crate::util::examples::repo_root;
 use crate::util::http::{Daemon, Response};
+use crate::util::site::Site;
 use crate::util::write;
 
-/// A home with a plugins dir.
-struct Site {
-    dir: tempfile::TempDir,
-}
-
 impl Site {
-    fn new() -> Site {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
-        Site { dir }
-    }
-
-    fn home(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn plugin_dir(&self, name: &str) -> PathBuf {
-        self.home().join("plugins").join(name)
-    }
-
-    /// `guest-examples/faustbot/<name>` into the plugins dir.
-    fn example(&self, name: &str) {
-        copy_example(&format!("faustbot/{name}"), &self.plugin_dir(name));
-    }
-
     /// A FaustBot plugin: `plugin.json` (`manifest`, completed with the id,
     /// name, version and entry) and `impl.py`.
     fn faust(&self, name: &str, manifest: Value, impl_py: &str) {
@@ -52,23 +29,6 @@ impl Site {
         let dir = self.plugin_dir(name);
         write(&dir.join("plugin.json"), &serde_json::to_string_pretty(&pj).unwrap());
         write(&dir.join("impl.py"), impl_py);
-    }
-
-    /// The lines a test plugin appended to `<plugin>/log.jsonl`.
-    fn log(&self, name: &str) -> Vec<Value> {
-        std::fs::read_to_string(self.plugin_dir(name).join("log.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{name}/log.jsonl: {e}: {l}")))
-            .collect()
-    }
-
-    fn start(&self, envs: &[(&str, &str)]) -> Daemon {
-        Daemon::start(self.home(), &[], envs)
-    }
-
-    fn ctxhost(&self, args: &[&str]) {
-        crate::util::ctxhost().arg("--home").arg(self.home()).args(args).assert().success();
     }
 }
 
@@ -129,7 +89,7 @@ fn now() -> u64 {
 fn the_examples_run_unmodified_through_faustbots_routes_and_the_agent_loop() {
     let site = Site::new();
     for name in ["reminder", "calculator", "filter"] {
-        site.example(name);
+        site.example(&format!("faustbot/{name}"));
     }
     let started = Instant::now();
     let d = site.start(&[]);

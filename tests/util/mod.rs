@@ -10,6 +10,7 @@ use tempfile::TempDir;
 
 pub mod examples;
 pub mod http;
+pub mod site;
 
 pub use examples::repo_root;
 
