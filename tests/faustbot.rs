@@ -1046,3 +1046,24 @@ fn dependencies_go_into_each_plugins_own_venv_before_the_import() {
     let failed = failed.unwrap_or_else(|| panic!("deps-unfindable is not listed in GET /api/agent/plugins: {all:?}"));
     assert!(failed["error"].as_str().unwrap_or("").contains("ctxhost_not_in_any_index"), "{failed}");
 }
+
+#[test]
+fn a_faustbot_plugin_gets_the_network_only_from_the_operators_grant() {
+    let site = Site::new();
+    site.faust(
+        "net",
+        json!({}),
+        "import os\nfrom faust_backend.plugin_system import FaustPlugin\n\n\
+         class Plugin(FaustPlugin):\n    def communicate_handler(self, payload, ctx):\n        \
+         return {\"sandbox\": os.environ.get(\"LIBREFANG_SANDBOX\")}\n",
+    );
+    let d = site.start(&[]);
+    assert_eq!(ask(&d, "net", json!({}))["sandbox"], "1", "no network by default");
+    assert!(d.stop().0);
+    site.ctxhost(&["plugin", "grant", "net", "--network"]);
+    let grants = std::fs::read_to_string(site.home().join("grants.toml")).unwrap();
+    assert!(grants.contains("allow_network = true"), "{grants}");
+    let d = site.start(&[]);
+    assert_eq!(ask(&d, "net", json!({}))["sandbox"], Value::Null, "granted");
+    assert!(d.stop().0);
+}

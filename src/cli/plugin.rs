@@ -44,8 +44,10 @@ enum PluginCommand {
     /// The grant (allow_network, allow_filesystem, readable_paths,
     /// writable_paths in <home>/grants.toml) is what a plugin runs with: a
     /// manifest asking for more gets a warning and no more. Prints what changed.
-    #[command(after_help = "Examples:\n  ctxhost plugin grant memory")]
-    Grant(NameArg),
+    /// A FaustBot plugin (plugin.json) asks for nothing itself: give it the
+    /// network or the filesystem with the flags.
+    #[command(after_help = "Examples:\n  ctxhost plugin grant memory\n  ctxhost plugin grant rss-watcher --network")]
+    Grant(GrantArgs),
 }
 
 /// List every plugin of the plugins dir: version, runtime, hooks, enabled, load error.
@@ -111,6 +113,18 @@ struct NameArg {
     name: String,
 }
 
+#[derive(Debug, Args)]
+struct GrantArgs {
+    /// The plugin's name
+    name: String,
+    /// Also allow the network (even when the manifest does not ask for it)
+    #[arg(long)]
+    network: bool,
+    /// Also allow the whole filesystem (even when the manifest does not ask for it)
+    #[arg(long)]
+    filesystem: bool,
+}
+
 pub fn exec(args: PluginArgs, home: &Home) -> CliResult {
     let mut out = std::io::stdout().lock();
     match args.command {
@@ -119,7 +133,7 @@ pub fn exec(args: PluginArgs, home: &Home) -> CliResult {
         PluginCommand::Remove(a) => remove(a, home, &mut out)?,
         PluginCommand::Enable(a) => enable(&a.name, true, home, &mut out)?,
         PluginCommand::Disable(a) => enable(&a.name, false, home, &mut out)?,
-        PluginCommand::Grant(a) => grant(&a.name, home, &mut out)?,
+        PluginCommand::Grant(a) => grant(&a, home, &mut out)?,
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
@@ -230,11 +244,19 @@ fn enable(name: &str, on: bool, home: &Home, out: &mut impl Write) -> Outcome {
     Ok(())
 }
 
-fn grant(name: &str, home: &Home, out: &mut impl Write) -> Outcome {
+fn grant(args: &GrantArgs, home: &Home, out: &mut impl Write) -> Outcome {
+    let name = args.name.as_str();
     let dir = registry::plugin_dir(home, name)?;
-    let lookup = |v: &str| std::env::var(v).ok();
-    let loaded = crate::manifest::Manifest::load_with_env(&dir, &lookup)?;
-    let requested = grants::Grant::requested(&loaded.manifest.settings);
+    let mut requested = if crate::faust::is_faust_plugin(&dir) {
+        // plugin.json asks for no privileges: the grant is the operator's alone.
+        grants::get(home, name)?.unwrap_or_default()
+    } else {
+        let lookup = |v: &str| std::env::var(v).ok();
+        let loaded = crate::manifest::Manifest::load_with_env(&dir, &lookup)?;
+        grants::Grant::requested(&loaded.manifest.settings)
+    };
+    requested.allow_network |= args.network;
+    requested.allow_filesystem |= args.filesystem;
     let before = grants::set(home, name, requested.clone())?;
     let changes = before.as_ref().map(|b| requested.changes_from(b)).unwrap_or_default();
     match &before {

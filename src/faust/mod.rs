@@ -45,7 +45,9 @@ pub fn is_plugin_dir(dir: &Path) -> bool {
 /// hook; the plugin's `register` reply narrows them to what it implements.
 pub const SHIM_HOOKS: &[HookName] = &HookName::AGENT;
 
-/// The manifest ctxhost runs a FaustBot plugin with.
+/// The manifest ctxhost runs a FaustBot plugin with. plugin.json asks for no
+/// privileges, so the generated manifest asks for exactly what the operator
+/// granted (`ctxhost plugin grant <id> --network`); none by default.
 fn generated_manifest(pj: &PluginJson, cx: &LoadContext<'_>) -> toml::Table {
     let s = |v: &str| toml::Value::String(v.to_owned());
     let mut hooks = toml::Table::new();
@@ -55,6 +57,14 @@ fn generated_manifest(pj: &PluginJson, cx: &LoadContext<'_>) -> toml::Table {
     // A FaustBot plugin keeps state in memory between calls (FaustBot never
     // restarts it), so its worker is not stopped for being idle (a day).
     hooks.insert("worker_idle_secs".into(), toml::Value::Integer(86_400));
+    let grant = crate::registry::grants::get(cx.home, &pj.id).ok().flatten().unwrap_or_default();
+    let paths = |ps: &[std::path::PathBuf]| {
+        toml::Value::Array(ps.iter().map(|p| toml::Value::String(p.to_string_lossy().into_owned())).collect())
+    };
+    hooks.insert("allow_network".into(), toml::Value::Boolean(grant.allow_network));
+    hooks.insert("allow_filesystem".into(), toml::Value::Boolean(grant.allow_filesystem));
+    hooks.insert("readable_paths".into(), paths(&grant.readable_paths));
+    hooks.insert("writable_paths".into(), paths(&grant.writable_paths));
     for hook in SHIM_HOOKS {
         hooks.insert(hook.as_str().into(), s(&pj.entry));
     }
