@@ -156,6 +156,25 @@ fn check_plugin(dir: &Path, cx: &LoadContext<'_>) -> PluginStatus {
         error: Some(error),
         missing_binaries: Vec::new(),
     };
+    if crate::faust::is_faust_plugin(dir) {
+        // A FaustBot plugin: python running ctxhost's shim.
+        let info = runtime_info(&Runtime::Python);
+        return match load_plugin(dir, cx) {
+            Ok(p) => {
+                let ready = p.runner.ready();
+                PluginStatus {
+                    name: p.name,
+                    runtime: "python".into(),
+                    runtime_available: ready.is_ok(),
+                    hooks_valid: true,
+                    install_hint: info.install_hint.to_owned(),
+                    error: ready.err(),
+                    missing_binaries: Vec::new(),
+                }
+            }
+            Err(e) => broken("python".into(), e.to_string()),
+        };
+    }
     // One manifest read to pick the loader; each plugin is loaded once, as a
     // call would load it (a component: compile, link, describe).
     let lookup = |v: &str| (cx.host_env)(v).map(|s| s.to_string_lossy().into_owned());

@@ -1067,3 +1067,22 @@ fn a_faustbot_plugin_gets_the_network_only_from_the_operators_grant() {
     assert_eq!(ask(&d, "net", json!({}))["sandbox"], Value::Null, "granted");
     assert!(d.stop().0);
 }
+
+#[test]
+fn doctor_and_plugin_list_know_faustbot_plugins() {
+    let site = Site::new();
+    site.example("faustbot/calculator");
+    let out = crate::util::ctxhost().arg("--home").arg(site.home()).args(["doctor", "--json"]).assert().success();
+    let report: Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let calc = &report["plugins"][0];
+    assert_eq!(
+        (&calc["name"], &calc["runtime"], &calc["hooks_valid"]),
+        (&json!("calculator"), &json!("python"), &json!(true))
+    );
+    assert!(calc["error"].is_null(), "{calc}");
+    let out =
+        crate::util::ctxhost().arg("--home").arg(site.home()).args(["plugin", "list", "--json"]).assert().success();
+    let list: Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    assert_eq!((&list[0]["name"], &list[0]["enabled"]), (&json!("calculator"), &json!(true)));
+    assert!(list[0].get("error").is_none(), "{list}");
+}
