@@ -1086,3 +1086,21 @@ fn doctor_and_plugin_list_know_faustbot_plugins() {
     assert_eq!((&list[0]["name"], &list[0]["enabled"]), (&json!("calculator"), &json!(true)));
     assert!(list[0].get("error").is_none(), "{list}");
 }
+
+#[test]
+fn watch_reloads_a_faustbot_plugin_when_its_code_changes() {
+    let site = Site::new();
+    let version = |v: &str| {
+        format!(
+            "from faust_backend.plugin_system import FaustPlugin\n\n\
+             class Plugin(FaustPlugin):\n    def communicate_handler(self, payload, ctx):\n        \
+             return {{\"version\": \"{v}\"}}\n"
+        )
+    };
+    site.faust("live", json!({}), &version("v1"));
+    let d = Daemon::start(site.home(), &["--watch"], &[]);
+    assert_eq!(ask(&d, "live", json!({}))["version"], "v1");
+    write(&site.plugin_dir("live").join("impl.py"), &version("v2"));
+    within(10, "the reload after impl.py changed", || ask(&d, "live", json!({}))["version"] == "v2");
+    assert!(d.stop().0);
+}

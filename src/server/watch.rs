@@ -108,6 +108,17 @@ fn relevant(root: &Path, path: &Path, watched: &HashMap<String, HashSet<PathBuf>
 /// The files of the plugin in `dir` whose change means new code: its hook
 /// scripts and its component (canonical paths, as the manifest resolves them).
 fn watched_files(dir: &Path) -> HashSet<PathBuf> {
+    if crate::faust::is_faust_plugin(dir) {
+        // A FaustBot plugin's code: its entry and sibling modules, and its
+        // requirements (its data lives elsewhere or in subdirectories).
+        let Ok(entries) = std::fs::read_dir(dir) else { return HashSet::new() };
+        return entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "py") || p.ends_with("requirements.txt"))
+            .filter_map(|p| p.canonicalize().ok())
+            .collect();
+    }
     let lookup = |var: &str| std::env::var(var).ok();
     match Manifest::load_with_env(dir, &lookup) {
         Ok(loaded) => {
