@@ -546,9 +546,11 @@ fn every_mutating_agent_route_needs_the_token() {
     ] {
         assert_eq!(d.send(method, path, Some(body)).status, 401, "{method} {path}");
     }
-    assert_eq!(d.get("/api/plugins/watcher/config").json()["values"], json!({"LIMIT": 3}), "nothing changed");
-    assert_eq!(d.get("/api/triggers").json(), json!([]));
-    assert_eq!(d.get("/api/tools").status, 200, "reads need no token");
+    for path in ["/api/plugins/watcher/config", "/api/vfs?path=/", "/api/agent/health", "/faust/admin/plugins"] {
+        assert_eq!(d.get(path).status, 401, "{path}: config values and plugin code need the token too");
+    }
+    assert_eq!(d.get("/api/triggers").json(), json!([]), "nothing changed");
+    assert_eq!(d.get("/api/tools").status, 200, "other reads need no token");
     let r = crate::util::http::request(
         &d.addr,
         "PUT",
@@ -557,5 +559,13 @@ fn every_mutating_agent_route_needs_the_token() {
         &[("Authorization", "Bearer s3cret")],
     );
     assert_eq!(r.status, 200, "{}", r.body);
+    let r = crate::util::http::request(
+        &d.addr,
+        "GET",
+        "/api/plugins/watcher/config",
+        None,
+        &[("Authorization", "Bearer s3cret")],
+    );
+    assert_eq!(r.json()["values"], json!({"LIMIT": 1}));
     assert!(d.stop().0);
 }

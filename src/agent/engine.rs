@@ -42,10 +42,13 @@ pub struct AgentPlugin {
 }
 
 impl AgentPlugin {
-    /// Whether a loaded plugin takes part in the agent loop at all.
+    /// Whether a loaded plugin takes part in the agent loop at all (a
+    /// jsonrpc worker does, for its host services, even with context hooks
+    /// only).
     pub fn takes_part(plugin: &LoadedPlugin) -> bool {
         let d = &plugin.agent;
         plugin.hooks.iter().any(|h| h.is_agent())
+            || plugin.settings.worker_protocol == crate::manifest::WorkerProtocol::Jsonrpc
             || !d.tools.is_empty()
             || !d.schedules.is_empty()
             || !d.config.is_empty()
@@ -197,9 +200,13 @@ impl AgentEngine {
     ///
     /// # Errors
     /// The services' state under the home cannot be opened.
+    ///
+    /// A plugin also in `stack` (the context engine's) shares that runner —
+    /// one worker pool, one set of host services — instead of a second one.
     pub fn load(
         cx: &crate::plugin::LoadContext<'_>,
         metrics: Arc<Metrics>,
+        stack: Option<&crate::engine::stack::StackEngine>,
     ) -> Result<(Arc<AgentEngine>, Vec<String>), ServiceError> {
         let shared = SharedServices::open(&cx.home.agent_dir())?;
         let mut warnings = Vec::new();
@@ -226,10 +233,15 @@ impl AgentEngine {
                 }
             }
             match crate::plugin::load_plugin(&dir, cx) {
-                Ok(plugin) if AgentPlugin::takes_part(&plugin) => match AgentPlugin::new(&plugin, &shared, cx.home) {
-                    Ok(p) => plugins.push(p),
-                    Err(e) => warnings.push(format!("plugin '{name}': host services: {e}")),
-                },
+                Ok(mut plugin) if AgentPlugin::takes_part(&plugin) => {
+                    if let Some(layer) = stack.and_then(|s| s.layer(&name)) {
+                        plugin.runner = layer.runner().clone();
+                    }
+                    match AgentPlugin::new(&plugin, &shared, cx.home) {
+                        Ok(p) => plugins.push(p),
+                        Err(e) => warnings.push(format!("plugin '{name}': host services: {e}")),
+                    }
+                }
                 Ok(_) => {}
                 Err(e) => {
                     warnings.push(format!("plugin '{name}' is left out of the agent loop: {e}"));
@@ -307,7 +319,9 @@ impl AgentEngine {
             .and_then(Value::as_array)
             .map(|names| names.iter().filter_map(|n| n.as_str()?.parse().ok()).collect())
             .unwrap_or_default();
-        hooks.retain(|h| h.is_agent() && plugin.hooks.contains(h));
+        // A FaustBot plugin's runner serves every agent hook (the shim maps
+        // them); others only what they declared.
+        hooks.retain(|h| h.is_agent() && (plugin.faust.is_some() || plugin.hooks.contains(h)));
         if let Some(pj) = &plugin.faust {
             let (allowed, refused): (Vec<ToolSpec>, Vec<ToolSpec>) =
                 decl.tools.into_iter().partition(|t| pj.permits("tool", &t.name));
@@ -367,7 +381,9 @@ impl AgentEngine {
 
     /// Puts `plugin` in (replacing one of the same name) or, with `None`,
     /// takes plugin `name` out. The old one is told (`unload`) and its
-    /// workers are stopped.
+    /// workers are stopped. On a reload the new one has already started, so
+    /// a failing new version leaves the old one running; the old one's
+    /// `unload` comes after the new one's start.
     pub async fn replace(&self, name: &str, plugin: Option<AgentPlugin>) {
         let old = self.plugin(name);
         if let Some(p) = &plugin {

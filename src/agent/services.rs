@@ -263,21 +263,20 @@ impl PluginServices {
     /// # Errors
     /// The first key that is unknown or of the wrong type; nothing is set.
     pub fn set_config(&self, values: &Map<String, Value>) -> Result<Value, ServiceError> {
-        let changes = {
-            let mut config = lock(&self.config);
-            for (key, value) in values {
-                config.check(key, value).map_err(|e| ServiceError::params(e.to_string()))?;
-            }
-            let mut changes = Vec::new();
-            for (key, value) in values {
-                changes.push(config.set(key, value).map_err(ServiceError::service)?);
-            }
-            let all = config.values();
-            self.write_config_view(&all)?;
-            changes
-        };
+        let mut config = lock(&self.config);
+        for (key, value) in values {
+            config.check(key, value).map_err(|e| ServiceError::params(e.to_string()))?;
+        }
+        let mut changes = Vec::new();
+        for (key, value) in values {
+            changes.push(config.set(key, value).map_err(ServiceError::service)?);
+        }
+        let all = config.values();
+        self.write_config_view(&all)?;
+        // Queued while the lock is held (a channel send), so the calls come in
+        // the order the sets were applied.
         self.announce(changes);
-        Ok(json!(lock(&self.config).values()))
+        Ok(json!(all))
     }
 
     fn announce(&self, changes: Vec<Change>) {
@@ -433,31 +432,52 @@ impl PluginServices {
         }
     }
 
-    /// A plugin changes only the triggers it created.
+    /// A plugin changes only the triggers it created; one without an owner
+    /// is the embedder's.
     fn check_owner(&self, triggers: &Triggers, id: &str) -> Result<(), ServiceError> {
-        match triggers.get(id).and_then(|t| t.get("plugin")).and_then(Value::as_str) {
-            Some(owner) if owner != self.name => Err(ServiceError::service(format!(
+        let Some(trigger) = triggers.get(id) else { return Ok(()) };
+        match trigger.get("plugin").and_then(Value::as_str) {
+            Some(owner) if owner == self.name => Ok(()),
+            Some(owner) => Err(ServiceError::service(format!(
                 "trigger `{id}` belongs to plugin '{owner}'; a plugin changes only its own triggers"
             ))),
-            _ => Ok(()),
+            None => Err(ServiceError::service(format!(
+                "trigger `{id}` belongs to the embedder; a plugin changes only its own triggers"
+            ))),
         }
     }
 
     async fn create_trigger(&self, mut trigger: Map<String, Value>) -> Result<Value, ServiceError> {
         trigger.insert("plugin".into(), Value::String(self.name.clone()));
-        if let Some(id) = trigger.get("id").and_then(Value::as_str) {
+        let id = trigger.get("id").cloned();
+        if let Some(id) = id.as_ref().and_then(Value::as_str) {
             self.check_owner(&self.shared.triggers(), id)?;
         }
         let host = self.shared.host();
-        let trigger = match host {
+        let mut trigger = match host {
             Some(host) => match host.trigger_append(Some(&self.name), trigger).await {
                 Ok(Value::Object(t)) => t,
-                Ok(_) => return Err(ServiceError::service("trigger_append replaced the trigger with a non-object")),
+                Ok(_) => {
+                    return Err(ServiceError::service(
+                        "a trigger_append plugin replaced the trigger with something that is not an object",
+                    ));
+                }
                 Err(reason) => return Err(ServiceError::service(format!("trigger refused: {reason}"))),
             },
             None => trigger,
         };
-        self.shared.triggers().create(trigger, now_secs()).map(Value::String).map_err(ServiceError::service)
+        // Other plugins may rewrite the trigger, not whose it is or which.
+        trigger.insert("plugin".into(), Value::String(self.name.clone()));
+        match id {
+            Some(id) => trigger.insert("id".into(), id),
+            None => trigger.remove("id"),
+        };
+        let mut triggers = self.shared.triggers();
+        if let Some(id) = trigger.get("id").and_then(Value::as_str) {
+            // Checked again under the lock: the chain was awaited.
+            self.check_owner(&triggers, id)?;
+        }
+        triggers.create(trigger, now_secs()).map(Value::String).map_err(ServiceError::service)
     }
 }
 
@@ -512,6 +532,13 @@ mod tests {
         assert!(err.message.contains("belongs to plugin 'a'"), "no upsert over another's trigger: {err}");
         let out = run(&a, "trigger.update", json!({"id": "t", "patch": {"plugin": "b", "priority": 3}})).unwrap();
         assert_eq!((&out["plugin"], &out["priority"]), (&json!("a"), &json!(3)));
+        // One without an owner is the embedder's.
+        let host = json!({"id": "h", "type": "interval", "interval_seconds": 5});
+        a.shared().triggers().create(host.as_object().unwrap().clone(), 0).unwrap();
+        let err = run(&a, "trigger.update", json!({"id": "h", "patch": {"payload": 1}})).unwrap_err();
+        assert!(err.message.contains("belongs to the embedder"), "{err}");
+        assert!(run(&a, "trigger.delete", json!({"id": "h"})).is_err());
+        assert!(run(&a, "trigger.create", json!({"id": "h", "type": "event", "event_name": "x"})).is_err());
     }
 
     #[test]

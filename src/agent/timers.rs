@@ -94,12 +94,17 @@ fn run_due_schedules(engine: &Arc<AgentEngine>, clock: &mut Clock) {
         for (id, every, hook) in jobs {
             let key = (plugin.name.clone(), id.clone());
             live.insert(key.clone());
-            let every = Duration::from_secs_f64(every.max(0.001));
-            let next = *clock.next.entry(key.clone()).or_insert(now + every);
+            // Declarations are checked at load (at most a year); a value
+            // that still does not fit a deadline skips the job, never panics.
+            let Some(due) = Duration::try_from_secs_f64(every.max(0.001)).ok().and_then(|d| now.checked_add(d)) else {
+                tracing::warn!(plugin = %plugin.name, "interval {every}s of `{id}` is out of range; skipped");
+                continue;
+            };
+            let next = *clock.next.entry(key.clone()).or_insert(due);
             if next > now {
                 continue;
             }
-            clock.next.insert(key.clone(), now + every);
+            clock.next.insert(key.clone(), due);
             if !clock.running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone()) {
                 tracing::debug!(plugin = %plugin.name, "schedule `{id}` still running; this run is skipped");
                 continue;

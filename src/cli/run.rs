@@ -109,7 +109,7 @@ fn drive(home: &Home, config: &HostConfig, turns: &[Turn], output: &OutputArgs) 
     show_warnings(&warnings);
     // The agent loop: plugins with agent hooks (tool_call_pre, …) take part
     // in every turn; none installed, none asked.
-    let (agent, warnings) = crate::agent::engine::AgentEngine::load(&cx, engine.metrics().clone())
+    let (agent, warnings) = crate::agent::engine::AgentEngine::load(&cx, engine.metrics().clone(), Some(&engine))
         .map_err(|e| format!("agent-loop host services: {e}"))?;
     show_warnings(&warnings);
     let agent = (!agent.plugins().is_empty()).then_some(agent);

@@ -101,6 +101,10 @@ pub fn load(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, LoadError>
     let (runner, w) = crate::plugin::script_runner_with(loaded, cx, Venv::OfPlugin, &host_files)?;
     warnings.extend(w);
     let mut plugin = LoadedPlugin::script(runner, warnings);
+    // Until its `register` answers, the plugin takes part in no chain (its
+    // worker is busy starting it; a chain waiting on it could deadlock with
+    // a service call of its own startup). The answer says which hooks it has.
+    plugin.hooks = [HookName::Register, HookName::Unload].into_iter().collect();
     plugin.agent.priority = Some(pj.priority);
     plugin.faust = Some(std::sync::Arc::new(pj));
     Ok(plugin)

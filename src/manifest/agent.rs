@@ -15,6 +15,9 @@ use crate::agent::config::{Field, parse_schema};
 pub const AGENT_KEYS: &[&str] =
     &["priority", "tools", "schedules", "agent_config", "prompt_suffix", "frontend", "heartbeat_secs"];
 
+/// The longest schedule or heartbeat interval: a year.
+pub const MAX_INTERVAL_SECS: f64 = 366.0 * 86_400.0;
+
 /// A tool a plugin registers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolSpec {
@@ -139,17 +142,23 @@ impl AgentDecl {
         }
         let mut ids = std::collections::BTreeSet::new();
         for (i, s) in self.schedules.iter().enumerate() {
-            if !(s.interval_secs.is_finite() && s.interval_secs > 0.0) {
-                return Err((format!("schedules[{i}].interval_secs"), "must be a positive number of seconds".into()));
+            if !(s.interval_secs.is_finite() && s.interval_secs > 0.0 && s.interval_secs <= MAX_INTERVAL_SECS) {
+                return Err((
+                    format!("schedules[{i}].interval_secs"),
+                    format!("must be a positive number of seconds, at most {MAX_INTERVAL_SECS} (a year)"),
+                ));
             }
             if !ids.insert(s.id.as_str()) {
                 return Err((format!("schedules[{i}].id"), format!("schedule `{}` is declared twice", s.id)));
             }
         }
         if let Some(h) = self.heartbeat_secs
-            && !(h.is_finite() && h > 0.0)
+            && !(h.is_finite() && h > 0.0 && h <= MAX_INTERVAL_SECS)
         {
-            return Err(("heartbeat_secs".into(), "must be a positive number of seconds".into()));
+            return Err((
+                "heartbeat_secs".into(),
+                format!("must be a positive number of seconds, at most {MAX_INTERVAL_SECS} (a year)"),
+            ));
         }
         for (kind, files) in [("js", &self.frontend.js), ("css", &self.frontend.css)] {
             if let Some(bad) = files.iter().find(|f| f.split(['/', '\\']).any(|c| c == "..") || f.starts_with('/')) {
@@ -180,6 +189,8 @@ mod tests {
         assert_eq!(d.config[0].default, json!(3));
         let err = AgentDecl::from_json(&json!({"schedules": [{"id": "s", "interval_secs": 0}]})).unwrap_err();
         assert!(err.contains("schedules[0].interval_secs"), "{err}");
+        let err = AgentDecl::from_json(&json!({"heartbeat_secs": 1e20})).unwrap_err();
+        assert!(err.contains("heartbeat_secs") && err.contains("at most"), "{err}");
         let err = AgentDecl::from_json(&json!({"tools": [{"name": "t"}, {"name": "t"}]})).unwrap_err();
         assert!(err.contains("declared twice"), "{err}");
     }

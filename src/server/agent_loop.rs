@@ -279,7 +279,8 @@ pub(crate) async fn plugins(State(state): State<Arc<AppState>>) -> JsonReply {
                 "name": p.name,
                 "version": p.version,
                 "priority": d.priority,
-                "hooks": p.hooks.iter().filter(|h| h.is_agent()).map(|h| h.as_str()).collect::<Vec<_>>(),
+                // `register` only marks a plugin that starts by registering.
+                "hooks": p.hooks.iter().filter(|h| h.is_agent() && **h != HookName::Register).map(|h| h.as_str()).collect::<Vec<_>>(),
                 "tools": d.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
                 "schedules": d.schedules,
                 "prompt_suffix": d.prompt_suffix,
@@ -340,11 +341,9 @@ pub(crate) async fn communicate(State(state): State<Arc<AppState>>, Path(id): Pa
 /// `{"status":"ok","assets":[{"type","path","plugin_id",…}]}`.
 pub(crate) async fn assets(State(state): State<Arc<AppState>>) -> JsonReply {
     let mut assets = Vec::new();
+    // Only the checked `frontend` lists (relative paths under frontend/): a
+    // plugin cannot advertise another origin's script or another plugin's file.
     for p in state.agent.plugins().iter() {
-        if !p.decl.assets.is_empty() {
-            assets.extend(p.decl.assets.iter().cloned());
-            continue;
-        }
         for (kind, files) in [("js", &p.decl.frontend.js), ("css", &p.decl.frontend.css)] {
             for f in files {
                 let path = format!("/faust/plugins/{}/frontend/{}", p.name, f.trim_start_matches('/'));

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::{get, patch, post, put};
+use axum::routing::{get, patch, post};
 
 use crate::config::HostConfig;
 use crate::engine::ContextEngine;
@@ -132,7 +132,8 @@ impl Server {
         }
         let (agent, warnings) = {
             let cx = LoadContext { home: &home, config: &config, host_env: &LoadContext::process_env };
-            crate::agent::engine::AgentEngine::load(&cx, engine.metrics().clone()).map_err(ServeError::Agent)?
+            crate::agent::engine::AgentEngine::load(&cx, engine.metrics().clone(), Some(&engine))
+                .map_err(ServeError::Agent)?
         };
         for w in warnings {
             tracing::warn!("{w}");
@@ -203,7 +204,11 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/api/agents/{agent_id}/messages", post(agent_loop::message))
         .route("/api/agents/{agent_id}/tools/{name}", post(agent_loop::call_tool))
         .route("/api/agent-hooks/{hook}", post(agent_loop::chain))
-        .route("/api/plugins/{name}/config", put(agent_loop::put_config))
+        .route("/api/plugins/{name}/config", get(agent_loop::get_config).put(agent_loop::put_config))
+        // Reads that show config values (often API keys) or run plugin code.
+        .route("/api/vfs", get(agent_loop::vfs))
+        .route("/api/agent/health", get(agent_loop::health))
+        .route("/faust/admin/plugins", get(faust_admin::list))
         .route("/api/triggers", post(agent_loop::create_trigger))
         .route("/api/triggers/{id}", patch(agent_loop::patch_trigger).delete(agent_loop::delete_trigger))
         .route("/api/events/{name}", post(agent_loop::event))
@@ -216,15 +221,11 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/api/plugins/doctor", get(plugins::doctor))
         .route("/api/context-engine/metrics", get(plugins::engine_metrics))
         .route("/api/tools", get(agent_loop::tools))
-        .route("/api/plugins/{name}/config", get(agent_loop::get_config))
-        .route("/api/vfs", get(agent_loop::vfs))
         .route("/api/triggers", get(agent_loop::list_triggers))
         .route("/api/triggers/fired", get(agent_loop::fired))
         .route("/api/triggers/{id}", get(agent_loop::get_trigger))
-        .route("/api/agent/health", get(agent_loop::health))
         .route("/api/agent/plugins", get(agent_loop::plugins))
         .route("/faust/admin/plugins/assets", get(agent_loop::assets))
-        .route("/faust/admin/plugins", get(faust_admin::list))
         .route("/faust/plugins/{id}/frontend/{*path}", get(agent_loop::frontend))
         .route("/metrics", get(prometheus::metrics))
         .route("/healthz", get(healthz))

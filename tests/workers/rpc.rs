@@ -565,3 +565,32 @@ fn the_guard_keeps_an_identical_copy_of_the_python_client() {
          copy it again"
     );
 }
+
+/// Writes a 1 MiB vfs file, then asks for it thousands of times without
+/// ever reading an answer.
+const FLOOD: &str = r#"
+import json, sys
+sys.stdin.readline()
+sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": "w0", "method": "vfs.write",
+    "params": {"path": "/plugins/rpc-flood/big", "content": "x" * (1 << 20)}}) + "\n")
+sys.stdout.flush()
+sys.stdin.readline()
+for i in range(3000):
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": "r%d" % i, "method": "vfs.read",
+        "params": {"path": "/plugins/rpc-flood/big"}}) + "\n")
+sys.stdout.flush()
+import time
+time.sleep(60)
+"#;
+
+#[test]
+fn a_worker_flooding_requests_without_reading_answers_is_stopped() {
+    let p = python_plugin("rpc-flood", FLOOD, &["tool_call_pre"], "hook_timeout_secs = 3");
+    let rt = rt();
+    let loaded = load(&p, true);
+    let started = Instant::now();
+    let err = loaded.call(&rt, HookName::ToolCallPre, tool_call(json!({}))).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("without reading the answers") || msg.contains("timed out"), "{msg}");
+    assert!(started.elapsed() < Duration::from_secs(10), "bounded: {:?}", started.elapsed());
+}

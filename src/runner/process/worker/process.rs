@@ -172,6 +172,10 @@ impl JunkLog {
     }
 }
 
+/// At most this many bytes of the host's answers may wait unread by a
+/// worker; one that keeps asking without reading is faulted.
+const MAX_UNSENT: usize = 8 * 1024 * 1024;
+
 /// The host's bytes still to write to a worker in one call.
 struct Outbox {
     bytes: Vec<u8>,
@@ -324,6 +328,18 @@ impl Worker {
         loop {
             // Every whole line read so far, in order.
             loop {
+                // A worker flooding service requests must not outlive its
+                // deadline: each served request is ready at once, so the
+                // deadline is checked here too, not only where we wait.
+                if deadline.is_elapsed() {
+                    return Err(Fault::Timeout(timeout));
+                }
+                if out.unsent().len() > MAX_UNSENT {
+                    return Err(Fault::Stray(format!(
+                        "it sends service requests without reading the answers (over {} MiB unread)",
+                        MAX_UNSENT / (1024 * 1024)
+                    )));
+                }
                 let line = match self.cursor.next_line(&mut self.buf, MAX_REPLY, self.eof) {
                     Next::Line(line) => line,
                     Next::TooLong => return Err(Fault::TooLong),
@@ -363,6 +379,8 @@ impl Worker {
                             Ok(value) => rpc::result_line(&asked, &value),
                             Err(e) => rpc::error_line(&asked, e.code, &e.message),
                         });
+                        // Let the runtime's other tasks (and timers) run.
+                        tokio::task::consume_budget().await;
                     }
                     Incoming::Notification { method, params } => {
                         if call.services.is_none() && method == "log" {
