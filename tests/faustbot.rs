@@ -1104,3 +1104,53 @@ fn watch_reloads_a_faustbot_plugin_when_its_code_changes() {
     within(10, "the reload after impl.py changed", || ask(&d, "live", json!({}))["version"] == "v2");
     assert!(d.stop().0);
 }
+
+#[test]
+fn plugins_calling_each_other_through_trigger_chains_do_not_deadlock() {
+    let site = Site::new();
+    site.faust(
+        "alpha",
+        json!({}),
+        "from faust_backend.plugin_system import FaustPlugin, hookimpl\n\n\
+         class Plugin(FaustPlugin):\n\
+         \x20   async def startup(self, ctx):\n\
+         \x20       self.ctx = ctx\n\
+         \x20       await ctx.trigger_create({\"id\": \"alpha-start\", \"type\": \"interval\", \"interval_seconds\": 3600})\n\n\
+         \x20   @hookimpl\n\
+         \x20   def trigger_append(self, payload, ctx):\n\
+         \x20       payload[\"seen_by_alpha\"] = True\n\
+         \x20       return payload\n\n\
+         \x20   async def communicate_handler(self, payload, ctx):\n\
+         \x20       await self.ctx.trigger_create({\"id\": \"alpha-made\", \"type\": \"interval\", \"interval_seconds\": 3600})\n\
+         \x20       return {\"ok\": True}\n",
+    );
+    site.faust(
+        "beta",
+        json!({}),
+        "from faust_backend.plugin_system import FaustPlugin, hookimpl\n\n\
+         class Plugin(FaustPlugin):\n\
+         \x20   async def startup(self, ctx):\n\
+         \x20       self.ctx = ctx\n\
+         \x20       await ctx.trigger_create({\"id\": \"beta-start\", \"type\": \"interval\", \"interval_seconds\": 3600})\n\n\
+         \x20   @hookimpl\n\
+         \x20   async def trigger_append(self, payload, ctx):\n\
+         \x20       if payload[\"id\"] == \"alpha-made\":\n\
+         \x20           await self.ctx.trigger_create({\"id\": \"beta-echo\", \"type\": \"interval\", \"interval_seconds\": 3600})\n\
+         \x20       payload[\"seen_by_beta\"] = True\n\
+         \x20       return payload\n",
+    );
+    let started = Instant::now();
+    let d = site.start(&[]);
+    assert!(started.elapsed() < Duration::from_secs(10), "both started at once: {:?}", started.elapsed());
+    let started = Instant::now();
+    // alpha → trigger_append chain → beta → trigger.create → chain: alpha is
+    // busy in this very call, so it is skipped rather than waited for.
+    assert_eq!(ask(&d, "alpha", json!({})), json!({"ok": true}));
+    assert!(started.elapsed() < Duration::from_secs(5), "no deadlock: {:?}", started.elapsed());
+    let get = |id: &str| d.get(&format!("/api/triggers/{id}")).json();
+    assert_eq!(get("alpha-made")["seen_by_beta"], true);
+    assert!(get("beta-echo")["seen_by_alpha"].is_null(), "{}", get("beta-echo"));
+    assert_eq!(get("alpha-start")["id"], "alpha-start");
+    assert_eq!(get("beta-start")["seen_by_alpha"], true, "alpha registered first and saw beta's");
+    assert!(d.stop().0);
+}

@@ -431,7 +431,14 @@ impl AgentEngine {
     ) -> Result<Value, String> {
         let request = HookRequest::Agent(AgentRequest::new(hook, fields));
         let started = Instant::now();
-        let reply = plugin.runner.call(&request, &CallOptions::default()).await.map_err(|e| e.to_string());
+        // The plugins this task is inside of: a service call made during this
+        // call that would ask one of them again (a trigger_append chain, a
+        // symbolic read) skips it instead of waiting on its busy worker.
+        let mut stack = in_call();
+        stack.push(plugin.name.clone());
+        let options = CallOptions::default();
+        let call = plugin.runner.call(&request, &options);
+        let reply = IN_CALL.scope(stack, call).await.map_err(|e| e.to_string());
         let reply = match (reply, form) {
             (Ok(v), Some(form)) => match decision::Decision::from_reply(&v, form) {
                 Ok(_) => Ok(v),
@@ -448,10 +455,11 @@ impl AgentEngine {
     }
 
     fn members(&self, hook: HookName, except: Option<&str>) -> Vec<Arc<AgentPlugin>> {
+        let busy = in_call();
         self.plugins
             .load()
             .iter()
-            .filter(|p| p.hooks.contains(&hook) && Some(p.name.as_str()) != except)
+            .filter(|p| p.hooks.contains(&hook) && Some(p.name.as_str()) != except && !busy.contains(&p.name))
             .cloned()
             .collect()
     }
@@ -784,6 +792,16 @@ impl AgentEngine {
     }
 }
 
+tokio::task_local! {
+    /// The plugins whose calls the current task is inside of, outermost first.
+    static IN_CALL: Vec<String>;
+}
+
+/// [`IN_CALL`] of this task (empty outside any plugin call).
+fn in_call() -> Vec<String> {
+    IN_CALL.try_with(Clone::clone).unwrap_or_default()
+}
+
 /// A warning per registration `plugin` had refused.
 fn refusal_warnings(plugin: &AgentPlugin) -> Vec<String> {
     plugin
@@ -854,6 +872,11 @@ impl HostCalls for AgentEngine {
         let (owner, path) = (owner.to_owned(), path.to_owned());
         Box::pin(async move {
             let plugin = self.plugin(&owner).ok_or_else(|| format!("the owner '{owner}' of {path} is not loaded"))?;
+            if in_call().contains(&owner) {
+                return Err(format!(
+                    "plugin '{owner}' owns {path} but is busy in the call this read is part of (a cycle)"
+                ));
+            }
             if !plugin.hooks.contains(&HookName::ReadSymbolic) {
                 return Err(format!("plugin '{owner}' owns {path} but has no read_symbolic hook"));
             }

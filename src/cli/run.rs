@@ -138,6 +138,10 @@ fn drive(home: &Home, config: &HostConfig, turns: &[Turn], output: &OutputArgs) 
     if progress {
         eprintln!();
     }
+    if let Some(agent) = &agent {
+        // plugin_unloaded for FaustBot plugins; workers stop gracefully.
+        runtime.block_on(agent.shutdown());
+    }
     if let Some(e) = write_error {
         return Err(e.into());
     }

@@ -59,6 +59,32 @@ fn static_deps(python: &Path, shim_dir: &Path, entry: &Path) -> Result<Option<Ve
         .map(|items| items.iter().filter_map(|d| d.as_str()).map(str::to_owned).collect::<Vec<_>>()))
 }
 
+/// Requirement lines pip would take as options or local paths are refused:
+/// pip runs outside the sandbox, automatically, so a plugin directory dropped
+/// in must not be able to point it at another index, another file or code in
+/// a local source tree (`setup.py`). Package specifiers only.
+///
+/// # Errors
+/// The first such line, named.
+fn check_requirements(file: &Path, text: &str) -> Result<(), String> {
+    for (i, line) in text.lines().enumerate() {
+        let l = line.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        let local = l.starts_with('.') || l.starts_with('/') || l.starts_with('~') || l.contains("file:");
+        if l.starts_with('-') || local || l.contains("://") {
+            return Err(format!(
+                "{} line {}: `{l}` is not a package specifier; only names with versions (`name>=1.0`) are \
+                 installed for a FaustBot plugin (no pip options, URLs or local paths)",
+                file.display(),
+                i + 1
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Makes sure the dependencies of the FaustBot plugin in `dir` are in its
 /// virtual environment, building (or rebuilding) it when they changed.
 ///
@@ -79,6 +105,9 @@ pub fn prepare(dir: &Path, cx: &LoadContext<'_>) -> Result<Prepared, String> {
             None => return Ok(Prepared::default()),
             Some(deps) if deps.is_empty() => return Ok(Prepared { declared: true, installed: None }),
             Some(deps) => {
+                if let Some(bad) = deps.iter().find(|d| d.contains(['\n', '\r'])) {
+                    return Err(format!("register_pip_deps lists {bad:?}, which spans lines"));
+                }
                 let file = requirements_dir(cx).join(format!("{}.txt", pj.id));
                 let text = deps.join("\n") + "\n";
                 crate::home::Home::write_atomic(&file, text.as_bytes())
@@ -87,6 +116,7 @@ pub fn prepare(dir: &Path, cx: &LoadContext<'_>) -> Result<Prepared, String> {
             }
         }
     };
+    check_requirements(&file, &text)?;
     if text.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with('#')) {
         return Ok(Prepared { declared: true, installed: None });
     }
@@ -103,4 +133,27 @@ pub fn prepare(dir: &Path, cx: &LoadContext<'_>) -> Result<Prepared, String> {
     crate::home::Home::write_atomic(&stamp_file, stamp.as_bytes())
         .map_err(|e| format!("cannot write {}: {e}", stamp_file.display()))?;
     Ok(Prepared { declared: true, installed })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_package_specifiers_are_installed() {
+        let f = Path::new("requirements.txt");
+        assert!(check_requirements(f, "# deps\nrequests>=2\nfoo[bar]==1.0 ; python_version>'3'\n\n").is_ok());
+        for bad in [
+            "--extra-index-url http://x",
+            "-r other.txt",
+            "./pkg",
+            "../x",
+            "/abs/pkg",
+            "git+https://h/r",
+            "pkg @ file:///x",
+        ] {
+            let err = check_requirements(f, &format!("ok\n{bad}\n")).unwrap_err();
+            assert!(err.contains("line 2") && err.contains("not a package specifier"), "{bad}: {err}");
+        }
+    }
 }

@@ -66,7 +66,8 @@ pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded
         if state.engine.clear_layer(name) {
             tracing::info!(plugin = %name, "disabled: taken out of the stack");
         }
-        if state.agent.plugin(name).is_some() {
+        if state.agent.plugin(name).is_some() || state.agent.failed().contains_key(name) {
+            // Also forgets a start failure: a disabled plugin is not failing.
             state.agent.replace(name, None).await;
             tracing::info!(plugin = %name, "disabled: taken out of the agent loop");
         }
