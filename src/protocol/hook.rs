@@ -151,6 +151,16 @@ impl HookName {
         }
     }
 
+    /// Whether a call that failed mid-way may be repeated on a fresh worker:
+    /// not when the plugin may already have acted on it (a tool ran, a
+    /// plugin started or stopped, a schedule ran, a message was delivered).
+    pub fn retry_safe(self) -> bool {
+        !matches!(
+            self,
+            HookName::CallTool | HookName::Register | HookName::Unload | HookName::Communicate | HookName::RunSchedule
+        )
+    }
+
     /// The timeout multiplier of spec section 5.5: bootstrap gets twice the time.
     pub fn timeout_factor(self) -> u32 {
         if self == HookName::Bootstrap { 2 } else { 1 }

@@ -594,3 +594,25 @@ fn a_worker_flooding_requests_without_reading_answers_is_stopped() {
     assert!(msg.contains("without reading the answers") || msg.contains("timed out"), "{msg}");
     assert!(started.elapsed() < Duration::from_secs(10), "bounded: {:?}", started.elapsed());
 }
+
+/// Notes each call it gets in `calls`, then dies without answering.
+const DIES: &str = r#"
+import sys
+line = sys.stdin.readline()
+with open("calls", "a") as f:
+    f.write(line)
+sys.exit(1)
+"#;
+
+#[test]
+fn a_failed_tool_call_is_not_retried_but_a_failed_check_is() {
+    let p = python_plugin("rpc-dies", DIES, &["tool_call_pre", "call_tool"], "");
+    let rt = rt();
+    let loaded = load(&p, true);
+    let calls = || std::fs::read_to_string(p.dir.join("calls")).unwrap_or_default().lines().count();
+    let tool = json!({"name": "shell_exec", "args": {"command": "rm x"}});
+    assert!(loaded.call(&rt, HookName::CallTool, tool).is_err());
+    assert_eq!(calls(), 1, "a tool that may have run is not run again");
+    assert!(loaded.call(&rt, HookName::ToolCallPre, tool_call(json!({}))).is_err());
+    assert_eq!(calls(), 3, "a check is retried once on a fresh worker");
+}

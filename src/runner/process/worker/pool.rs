@@ -136,7 +136,8 @@ impl Pool {
     }
 
     /// One call: a worker (idle, or started), the exchange, and on a fault
-    /// one respawn and one retry. `rpc`: the call goes out as JSON-RPC.
+    /// one respawn and one retry (for hooks safe to repeat, see
+    /// `HookName::retry_safe`). `rpc`: the call goes out as JSON-RPC.
     /// A JSON-RPC `error` answer fails the call but is no fault: the worker
     /// answered, and stays.
     pub(super) async fn call(
@@ -164,6 +165,11 @@ impl Pool {
         let error = self.discard(&mut held, fault).await;
         self.count(hook, WorkerEvent::Respawn);
         let error = self.failure(error);
+        if !hook.retry_safe() {
+            // It may have acted already (a tool ran, a plugin started): not
+            // done twice. The next call gets a fresh worker.
+            return Err(error);
+        }
         self.fail_fast()?;
         self.count(hook, WorkerEvent::Retry);
         tracing::debug!(plugin = %self.plugin, %hook, "worker failed ({error}); retrying on a fresh one");
