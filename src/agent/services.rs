@@ -38,6 +38,23 @@ pub mod code {
     pub const SERVICE: i64 = -32000;
 }
 
+/// What one plugin may keep in the shared stores: a misbehaving plugin must
+/// not fill the host's memory or disk (every vfs write rewrites the file).
+pub mod quota {
+    /// Bytes of one vfs file.
+    pub const VFS_FILE_BYTES: usize = 4 * 1024 * 1024;
+    /// Bytes of all of one plugin's vfs files.
+    pub const VFS_PLUGIN_BYTES: usize = 16 * 1024 * 1024;
+    /// vfs nodes of one plugin.
+    pub const VFS_PLUGIN_NODES: usize = 10_000;
+    /// Bytes of one storage value (as JSON).
+    pub const STORAGE_VALUE_BYTES: usize = 1024 * 1024;
+    /// Keys of one plugin's storage, all scopes.
+    pub const STORAGE_KEYS: usize = 10_000;
+    /// Triggers one plugin owns.
+    pub const TRIGGERS: usize = 1_000;
+}
+
 /// A refused service call: a JSON-RPC error code and a message naming what
 /// was wrong.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -342,12 +359,16 @@ impl PluginServices {
             "vfs.write" => {
                 let path = str_param(&p, "path")?;
                 let content = str_param(&p, "content")?;
-                self.shared.vfs().write(me, path, content).map(Value::String).map_err(ServiceError::service)
+                let mut vfs = self.shared.vfs();
+                self.check_vfs_quota(&vfs, path, content.len())?;
+                vfs.write(me, path, content).map(Value::String).map_err(ServiceError::service)
             }
             "vfs.write_symbolic" => {
                 let path = str_param(&p, "path")?;
                 let searchable = p.get("searchable").and_then(Value::as_bool).unwrap_or(false);
-                self.shared.vfs().write_symbolic(me, path, searchable).map(Value::String).map_err(ServiceError::service)
+                let mut vfs = self.shared.vfs();
+                self.check_vfs_quota(&vfs, path, 0)?;
+                vfs.write_symbolic(me, path, searchable).map(Value::String).map_err(ServiceError::service)
             }
             "vfs.delete" => {
                 let path = str_param(&p, "path")?;
@@ -407,6 +428,20 @@ impl PluginServices {
                     "storage.get" => Ok(storage.get(scope, key).cloned().unwrap_or(Value::Null)),
                     "storage.set" => {
                         let value = p.get("value").cloned().unwrap_or(Value::Null);
+                        let size = serde_json::to_vec(&value).map(|v| v.len()).unwrap_or(0);
+                        if size > quota::STORAGE_VALUE_BYTES {
+                            return Err(ServiceError::service(format!(
+                                "storage value `{key}` is {size} bytes; a value may hold at most {} bytes",
+                                quota::STORAGE_VALUE_BYTES
+                            )));
+                        }
+                        if storage.get(scope, key).is_none() && storage.len() >= quota::STORAGE_KEYS {
+                            return Err(ServiceError::service(format!(
+                                "plugin '{}' has {} storage keys already, the most it may keep",
+                                self.name,
+                                quota::STORAGE_KEYS
+                            )));
+                        }
                         storage.set(scope, key, value).map(|()| Value::Null).map_err(ServiceError::service)
                     }
                     _ => storage.delete(scope, key).map(Value::Bool).map_err(ServiceError::service),
@@ -430,6 +465,28 @@ impl PluginServices {
                 ),
             }),
         }
+    }
+
+    /// Whether writing `bytes` at `path` keeps the plugin within its vfs quota.
+    fn check_vfs_quota(&self, vfs: &Vfs, path: &str, bytes: usize) -> Result<(), ServiceError> {
+        if bytes > quota::VFS_FILE_BYTES {
+            return Err(ServiceError::service(format!(
+                "{path}: {bytes} bytes; a vfs file may hold at most {} bytes",
+                quota::VFS_FILE_BYTES
+            )));
+        }
+        let (nodes, used) = vfs.usage(&self.name, path);
+        if nodes + 1 > quota::VFS_PLUGIN_NODES || used + bytes > quota::VFS_PLUGIN_BYTES {
+            return Err(ServiceError::service(format!(
+                "plugin '{}' would keep {} vfs nodes and {} bytes; the most it may keep is {} nodes and {} bytes",
+                self.name,
+                nodes + 1,
+                used + bytes,
+                quota::VFS_PLUGIN_NODES,
+                quota::VFS_PLUGIN_BYTES
+            )));
+        }
+        Ok(())
     }
 
     /// A plugin changes only the triggers it created; one without an owner
@@ -476,6 +533,14 @@ impl PluginServices {
         if let Some(id) = trigger.get("id").and_then(Value::as_str) {
             // Checked again under the lock: the chain was awaited.
             self.check_owner(&triggers, id)?;
+            let mine =
+                triggers.list().iter().filter(|t| t.get("plugin").and_then(Value::as_str) == Some(&self.name)).count();
+            if triggers.get(id).is_none() && mine >= quota::TRIGGERS {
+                return Err(ServiceError::service(format!(
+                    "plugin '{}' has {mine} triggers already, the most it may keep",
+                    self.name
+                )));
+            }
         }
         triggers.create(trigger, now_secs()).map(Value::String).map_err(ServiceError::service)
     }
@@ -559,6 +624,19 @@ mod tests {
         assert_eq!(run(&a, "config.set", json!({"key": "LIMIT", "value": "9"})).unwrap(), json!(9));
         let err = run(&a, "config.set", json!({"key": "LIMT", "value": 1})).unwrap_err();
         assert!(err.message.contains("did you mean `LIMIT`"), "{err}");
+
+        let big = "x".repeat(quota::VFS_FILE_BYTES + 1);
+        let err = run(&a, "vfs.write", json!({"path": "/plugins/a/big", "content": big})).unwrap_err();
+        assert!(err.message.contains("at most"), "{err}");
+        let half = "x".repeat(quota::VFS_FILE_BYTES);
+        for i in 0..quota::VFS_PLUGIN_BYTES / quota::VFS_FILE_BYTES {
+            run(&a, "vfs.write", json!({"path": format!("/plugins/a/f{i}"), "content": half})).unwrap();
+        }
+        let err = run(&a, "vfs.write", json!({"path": "/plugins/a/one-more", "content": "x"})).unwrap_err();
+        assert!(err.message.contains("the most it may keep"), "{err}");
+        run(&a, "vfs.write", json!({"path": "/plugins/a/f0", "content": "replaced"})).unwrap();
+        let huge = json!({"key": "k", "value": "x".repeat(quota::STORAGE_VALUE_BYTES + 1)});
+        assert!(run(&a, "storage.set", huge).unwrap_err().message.contains("at most"));
 
         let err = run(&a, "vfs.wirte", json!({})).unwrap_err();
         assert_eq!(err.code, code::METHOD_NOT_FOUND);

@@ -63,6 +63,16 @@ impl Storage {
         }
     }
 
+    /// How many keys the storage holds, in every scope.
+    pub fn len(&self) -> usize {
+        self.spaces.global.len() + self.spaces.sessions.values().map(BTreeMap::len).sum::<usize>()
+    }
+
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     pub fn get(&self, scope: Scope<'_>, key: &str) -> Option<&Value> {
         self.space(scope).and_then(|s| s.get(key))
     }

@@ -1,6 +1,7 @@
 //! The agent engine's clock: one task that, every tick, fires due triggers
-//! (through `trigger_fire`, then to the embedder), drops expired ones, runs
-//! plugins' `[[schedules]]` and sends `heartbeat`s.
+//! (through `trigger_fire`, then to the embedder; each firing on its own
+//! task, a few at once), drops expired ones, runs plugins' `[[schedules]]`
+//! and sends `heartbeat`s.
 //!
 //! A schedule never overlaps itself: while one run of `(plugin, id)` is in
 //! flight, its next due time is skipped, not queued. Schedules and
@@ -54,17 +55,21 @@ struct Clock {
 
 async fn run(engine: Weak<AgentEngine>, tick: Duration) {
     let mut clock = Clock::default();
+    let firing = Arc::new(tokio::sync::Semaphore::new(FIRING_AT_ONCE));
     let mut interval = tokio::time::interval(tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         interval.tick().await;
         let Some(engine) = engine.upgrade() else { return };
-        fire_due_triggers(&engine).await;
+        fire_due_triggers(&engine, &firing).await;
         run_due_schedules(&engine, &mut clock);
     }
 }
 
-async fn fire_due_triggers(engine: &Arc<AgentEngine>) {
+/// How many trigger firings (each a `trigger_fire` chain) run at once.
+const FIRING_AT_ONCE: usize = 8;
+
+async fn fire_due_triggers(engine: &Arc<AgentEngine>, firing: &Arc<tokio::sync::Semaphore>) {
     let due = match engine.shared().triggers().due(now_secs()) {
         Ok(due) => due,
         Err(e) => {
@@ -75,8 +80,15 @@ async fn fire_due_triggers(engine: &Arc<AgentEngine>) {
     for id in &due.expired {
         tracing::info!("trigger `{id}` expired (its lifespan ran out) and was removed without firing");
     }
+    // Each firing on its own task, so one slow trigger_fire plugin does not
+    // hold up the clock (schedules, heartbeats, other triggers); at most
+    // FIRING_AT_ONCE run together, the rest wait their turn.
     for trigger in due.fire {
-        engine.fire(trigger).await;
+        let (engine, firing) = (engine.clone(), firing.clone());
+        tokio::spawn(async move {
+            let Ok(_permit) = firing.acquire_owned().await else { return };
+            engine.fire(trigger).await;
+        });
     }
 }
 

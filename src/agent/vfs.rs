@@ -127,6 +127,17 @@ impl Vfs {
         }
     }
 
+    /// What `owner`'s nodes take: their number, and the bytes of their
+    /// files' text, without the node at `except` (the one being replaced).
+    pub fn usage(&self, owner: &str, except: &str) -> (usize, usize) {
+        let except = normalize(except);
+        self.nodes.iter().filter(|(path, _)| **path != except).fold((0, 0), |(n, bytes), (_, node)| match node {
+            Node::File { content, owner: o } if o == owner => (n + 1, bytes + content.len()),
+            Node::Symbolic { owner: o, .. } if o == owner => (n + 1, bytes),
+            _ => (n, bytes),
+        })
+    }
+
     /// Writes a text file (replacing a symbolic node there).
     ///
     /// # Errors
