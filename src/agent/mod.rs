@@ -1,13 +1,17 @@
 //! Agent-loop hooks (`../shared/spec/agent-hooks.md`): message, tool-call,
-//! memory and trigger interceptors that every plugin kind can take part in.
+//! memory and trigger interceptors that every plugin kind can take part in,
+//! and the host services plugins call.
 //!
-//! Being built (issue 7). So far: [`decision`], how one plugin's answer is
-//! read and how the answers of several plugins combine; [`config`], the
-//! typed per-plugin config service (one `PluginConfig` per plugin, behind
-//! the caller's lock when agents share it); [`vfs`], the virtual file store
-//! (one `Vfs`, likewise behind a lock); [`triggers`], the trigger store and
-//! what is due when; [`storage`], per-plugin key-value storage in global and
-//! per-agent scopes. Nothing calls plugins through these yet.
+//! - [`engine`]: the agent engine — which plugins take part, chain order,
+//!   the combine rules, tools, communicate, triggers through their chains.
+//! - [`timers`]: its clock — due triggers, schedules, heartbeats.
+//! - [`services`]: the host services as one dispatcher (config, vfs,
+//!   triggers, storage, log), shared by jsonrpc workers and components.
+//! - [`decision`]: how one plugin's answer is read and how answers combine
+//!   (pure); [`config`], [`vfs`], [`triggers`], [`storage`]: the stores
+//!   (pure of plugin calls).
+//!
+//! Nothing here knows how a plugin runs: calls go through `runner::Runner`.
 
 pub mod config;
 pub mod decision;
