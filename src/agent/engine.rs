@@ -12,6 +12,7 @@
 //! The background work (trigger watcher, schedules, heartbeats) lives in
 //! [`super::timers`]; this module never sleeps.
 
+use std::borrow::Borrow;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -172,6 +173,7 @@ impl AgentEngine {
     /// `shared` so the services can call back into it.
     pub fn new(mut plugins: Vec<AgentPlugin>, shared: Arc<SharedServices>, metrics: Arc<Metrics>) -> Arc<Self> {
         plugins.sort_by(|a, b| a.order.cmp(&b.order).then_with(|| a.name.cmp(&b.name)));
+        warn_shadowed_tools(&plugins);
         for p in &plugins {
             p.runner.attach_metrics(metrics.clone());
             if let Err(e) = p.services.publish_config() {
@@ -359,6 +361,7 @@ impl AgentEngine {
             list.push(Arc::new(p));
         }
         list.sort_by(|a, b| a.order.cmp(&b.order).then_with(|| a.name.cmp(&b.name)));
+        warn_shadowed_tools(&list);
         self.plugins.store(Arc::new(list));
     }
 
@@ -568,9 +571,17 @@ impl AgentEngine {
         }
     }
 
-    /// Every registered tool: `(plugin, spec)`, in plugin order.
+    /// Every registered tool: `(plugin, spec)`, in plugin order. A name two
+    /// plugins register belongs to the first in chain order (the other one
+    /// is warned about when it joins).
     pub fn tools(&self) -> Vec<(String, ToolSpec)> {
-        self.plugins.load().iter().flat_map(|p| p.decl.tools.iter().map(|t| (p.name.clone(), t.clone()))).collect()
+        let mut seen = BTreeSet::new();
+        self.plugins
+            .load()
+            .iter()
+            .flat_map(|p| p.decl.tools.iter().map(|t| (p.name.clone(), t.clone())))
+            .filter(|(_, t)| seen.insert(t.name.clone()))
+            .collect()
     }
 
     /// Calls registered tool `name`: `tool_call_pre` (which may deny it or
@@ -802,6 +813,25 @@ fn in_call() -> Vec<String> {
     IN_CALL.try_with(Clone::clone).unwrap_or_default()
 }
 
+/// Warns about each tool name a later plugin (in chain order) registers
+/// again: calls go to the first.
+fn warn_shadowed_tools<P: Borrow<AgentPlugin>>(plugins: &[P]) {
+    let mut owners: std::collections::BTreeMap<&str, &str> = Default::default();
+    for p in plugins.iter().map(Borrow::borrow) {
+        for t in &p.decl.tools {
+            if let Some(first) = owners.get(t.name.as_str()) {
+                tracing::warn!(
+                    "plugin '{}' registers tool `{}`, which plugin '{first}' (earlier in the chain) has; calls go to '{first}'",
+                    p.name,
+                    t.name
+                );
+            } else {
+                owners.insert(&t.name, &p.name);
+            }
+        }
+    }
+}
+
 /// A warning per registration `plugin` had refused.
 fn refusal_warnings(plugin: &AgentPlugin) -> Vec<String> {
     plugin
@@ -1012,27 +1042,7 @@ mod tests {
                 })
             }),
         )]);
-        // Give the plugin its tool declaration: swap in a copy that has it.
-        let old = s.engine.plugin("tools").unwrap();
-        let decl = AgentDecl {
-            tools: vec![ToolSpec { name: "lookup".into(), description: String::new(), parameters: json!({}) }],
-            ..Default::default()
-        };
-        s.engine
-            .replace(
-                "tools",
-                Some(AgentPlugin {
-                    name: old.name.clone(),
-                    version: old.version.clone(),
-                    order: old.order,
-                    hooks: old.hooks.clone(),
-                    decl,
-                    runner: old.runner.clone(),
-                    services: old.services.clone(),
-                    faust: None,
-                }),
-            )
-            .await;
+        with_tools(&s.engine, "tools", &["lookup"]).await;
         let out = s.engine.call_tool("a1", "lookup", json!({"q": "x"})).await.unwrap();
         assert_eq!(out, ToolOutcome::Result { result: json!("found x (checked)"), is_error: false });
         s.log.lock().unwrap().clear();
@@ -1041,6 +1051,41 @@ mod tests {
         assert_eq!(*s.log.lock().unwrap(), ["tools:tool_call_pre"], "call_tool never ran");
         let err = s.engine.call_tool("a1", "lookpu", json!({})).await.unwrap_err();
         assert!(err.to_string().contains("did you mean `lookup`"), "{err}");
+    }
+
+    /// Gives plugin `name` of `engine` the tools `names` (a copy swapped in).
+    async fn with_tools(engine: &AgentEngine, name: &str, names: &[&str]) {
+        let old = engine.plugin(name).unwrap();
+        let tools = names
+            .iter()
+            .map(|n| ToolSpec { name: (*n).into(), description: String::new(), parameters: json!({}) })
+            .collect();
+        let copy = AgentPlugin {
+            name: old.name.clone(),
+            version: old.version.clone(),
+            order: old.order,
+            hooks: old.hooks.clone(),
+            decl: AgentDecl { tools, ..old.decl.clone() },
+            runner: old.runner.clone(),
+            services: old.services.clone(),
+            faust: None,
+        };
+        engine.replace(name, Some(copy)).await;
+    }
+
+    #[tokio::test]
+    async fn a_tool_name_registered_twice_belongs_to_the_first_in_chain_order() {
+        let tool: &[HookName] = &[HookName::CallTool];
+        let s = setup(vec![
+            ("b-low", Some(1), tool, Box::new(|_| Ok(json!({"result": "from b"})))),
+            ("a-high", Some(5), tool, Box::new(|_| Ok(json!({"result": "from a"})))),
+        ]);
+        with_tools(&s.engine, "b-low", &["t", "only_b"]).await;
+        with_tools(&s.engine, "a-high", &["t"]).await;
+        let tools: Vec<(String, String)> = s.engine.tools().into_iter().map(|(p, t)| (p, t.name)).collect();
+        assert_eq!(tools, [("a-high".into(), "t".into()), ("b-low".into(), "only_b".into())]);
+        let out = s.engine.call_tool("x", "t", json!({})).await.unwrap();
+        assert_eq!(out, ToolOutcome::Result { result: json!("from a"), is_error: false });
     }
 
     #[tokio::test]
