@@ -172,7 +172,7 @@ impl AgentEngine {
     /// An engine over `plugins` (sorted here into chain order), connected to
     /// `shared` so the services can call back into it.
     pub fn new(mut plugins: Vec<AgentPlugin>, shared: Arc<SharedServices>, metrics: Arc<Metrics>) -> Arc<Self> {
-        plugins.sort_by(|a, b| a.order.cmp(&b.order).then_with(|| a.name.cmp(&b.name)));
+        sort_chain(&mut plugins);
         warn_shadowed_tools(&plugins);
         for p in &plugins {
             p.runner.attach_metrics(metrics.clone());
@@ -360,7 +360,7 @@ impl AgentEngine {
         if let Some(p) = plugin {
             list.push(Arc::new(p));
         }
-        list.sort_by(|a, b| a.order.cmp(&b.order).then_with(|| a.name.cmp(&b.name)));
+        sort_chain(&mut list);
         warn_shadowed_tools(&list);
         self.plugins.store(Arc::new(list));
     }
@@ -813,6 +813,14 @@ fn in_call() -> Vec<String> {
     IN_CALL.try_with(Clone::clone).unwrap_or_default()
 }
 
+/// Sorts plugins into chain order: ascending order key, ties by name.
+fn sort_chain<P: Borrow<AgentPlugin>>(plugins: &mut [P]) {
+    plugins.sort_by(|a, b| {
+        let (a, b) = (a.borrow(), b.borrow());
+        a.order.cmp(&b.order).then_with(|| a.name.cmp(&b.name))
+    });
+}
+
 /// Warns about each tool name a later plugin (in chain order) registers
 /// again: calls go to the first.
 fn warn_shadowed_tools<P: Borrow<AgentPlugin>>(plugins: &[P]) {
@@ -866,21 +874,15 @@ impl HostCalls for AgentEngine {
         let mut queues = self.config_queues.lock().unwrap_or_else(|p| p.into_inner());
         let queue = queues.entry(plugin.to_owned()).or_insert_with(|| {
             let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Map<String, Value>>();
-            let (name, metrics, me) = (plugin.to_owned(), self.metrics.clone(), self.me.clone());
+            let (name, me) = (plugin.to_owned(), self.me.clone());
             handle.spawn(async move {
                 while let Some(fields) = rx.recv().await {
-                    // The plugin as it is now (a reload may have replaced it).
+                    // The plugin as it is now (a reload may have replaced it);
+                    // the call is timed, counted and its failure logged as
+                    // every plugin call is.
                     let Some(engine) = me.upgrade() else { return };
                     let Some(p) = engine.plugin(&name) else { continue };
-                    drop(engine);
-                    let request = HookRequest::Agent(AgentRequest::new(HookName::ConfigChanged, fields));
-                    let started = Instant::now();
-                    let reply = p.runner.call(&request, &CallOptions::default()).await;
-                    let outcome = if reply.is_ok() { CallOutcome::Success } else { CallOutcome::Failure };
-                    metrics.record(&p.name, HookName::ConfigChanged, started.elapsed(), outcome);
-                    if let Err(e) = reply {
-                        tracing::warn!(plugin = %p.name, "config_changed failed: {e}");
-                    }
+                    let _ = engine.call(&p, HookName::ConfigChanged, fields).await;
                 }
             });
             tx

@@ -161,10 +161,16 @@ impl SharedServices {
 
     /// A vfs read as the embedder sees it: symbolic nodes computed by their
     /// owner. `Ok(None)` when nothing is at `path`.
-    pub async fn read_vfs(&self, path: &str) -> Result<Option<Read>, ServiceError> {
+    ///
+    /// `reader` is the plugin reading, if one is: its own symbolic node is an
+    /// error (its worker is busy in the very call that reads it).
+    pub async fn read_vfs(&self, path: &str, reader: Option<&str>) -> Result<Option<Read>, ServiceError> {
         let read = self.vfs().read(path);
         match read {
             Read::Missing => Ok(None),
+            Read::Symbolic { owner, path } if Some(owner.as_str()) == reader => {
+                Err(ServiceError::service(format!("{path} is this plugin's own symbolic node: compute it directly")))
+            }
             Read::Symbolic { owner, path } => {
                 let host = self.host().ok_or_else(|| ServiceError::service("the engine is gone"))?;
                 let text = host.read_symbolic(&owner, &path).await.map_err(ServiceError::service)?;
@@ -341,20 +347,10 @@ impl PluginServices {
             "vfs.read" => {
                 let path = str_param(&p, "path")?;
                 let default = p.get("default").cloned().unwrap_or(Value::Null);
-                let read = self.shared.vfs().read(path);
-                match read {
-                    Read::Text(t) => Ok(Value::String(t)),
-                    Read::Missing | Read::Directory(_) => Ok(default),
-                    Read::Symbolic { owner, path } => {
-                        if owner == self.name {
-                            return Err(ServiceError::service(format!(
-                                "{path} is this plugin's own symbolic node: compute it directly"
-                            )));
-                        }
-                        let host = self.shared.host().ok_or_else(|| ServiceError::service("the engine is gone"))?;
-                        host.read_symbolic(&owner, &path).await.map(Value::String).map_err(ServiceError::service)
-                    }
-                }
+                Ok(match self.shared.read_vfs(path, Some(&self.name)).await? {
+                    Some(Read::Text(t)) => Value::String(t),
+                    _ => default,
+                })
             }
             "vfs.write" => {
                 let path = str_param(&p, "path")?;

@@ -64,9 +64,6 @@ pub struct AgentDecl {
     pub frontend: Frontend,
     /// Seconds between `heartbeat` calls (default 10).
     pub heartbeat_secs: Option<f64>,
-    /// Frontend assets as a FaustBot plugin describes them (`{"type",
-    /// "path", "plugin_id", …}`), kept verbatim for the assets route.
-    pub assets: Vec<Value>,
     /// Registrations refused at load (`{"kind","name","reason"}`): reported,
     /// never in effect.
     pub refused: Vec<Value>,
@@ -94,7 +91,6 @@ impl AgentDecl {
             prompt_suffix,
             frontend,
             heartbeat_secs,
-            assets: Vec::new(),
             refused: Vec::new(),
         };
         decl.check().map_err(|(key, reason)| r.error(&key, ManifestErrorKind::Invalid(reason)))?;
@@ -120,7 +116,6 @@ impl AgentDecl {
             prompt_suffix: field("prompt_suffix", get("prompt_suffix"))?,
             frontend: field("frontend", get("frontend"))?,
             heartbeat_secs: field("heartbeat_secs", get("heartbeat_secs"))?,
-            assets: field("frontend_assets", get("frontend_assets"))?,
             refused: field("refused", get("refused"))?,
         };
         decl.check().map_err(|(key, reason)| format!("`{key}`: {reason}"))?;

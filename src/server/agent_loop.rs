@@ -180,7 +180,7 @@ pub(crate) struct VfsQuery {
 /// by their plugin), `{"path","children"}`, or 404.
 pub(crate) async fn vfs(State(state): State<Arc<AppState>>, Query(q): Query<VfsQuery>) -> JsonReply {
     let path = crate::agent::vfs::normalize(q.path.as_deref().unwrap_or("/"));
-    match state.agent.shared().read_vfs(&path).await {
+    match state.agent.shared().read_vfs(&path, None).await {
         Ok(Some(Read::Text(content))) => JsonReply::ok(json!({"path": path, "content": content})),
         Ok(Some(Read::Directory(children))) => JsonReply::ok(json!({"path": path, "children": children})),
         Ok(Some(Read::Symbolic { .. })) | Ok(Some(Read::Missing)) | Ok(None) => {
@@ -302,12 +302,6 @@ pub(crate) async fn health(State(state): State<Arc<AppState>>) -> JsonReply {
     JsonReply::ok(Value::Object(state.agent.health().await))
 }
 
-/// A FaustBot-route error: `{"detail": …}` as FastAPI writes it (and
-/// `error`, as every other ctxhost route).
-fn detail(status: StatusCode, message: String) -> JsonReply {
-    JsonReply::with_status(status, json!({"detail": message, "error": message}))
-}
-
 /// `POST /faust/plugins/{id}/communicate` (FaustBot's route): the body is
 /// the payload; the plugin's reply object is the answer. 404 unknown (or
 /// failed to start), 503 disabled, 400 no `communicate` hook or a reply that
@@ -317,22 +311,22 @@ pub(crate) async fn communicate(State(state): State<Arc<AppState>>, Path(id): Pa
         Ok(b) => Value::Object(b),
         Err(reply) => return reply,
     };
-    let installed = crate::manifest::validate_name(&id).is_ok() && state.home.plugins_dir().join(&id).is_dir();
+    let installed = super::reload::plugin_dir(&state, &id).is_ok();
     if installed && !crate::registry::is_enabled(&state.home, &id) {
-        return detail(StatusCode::SERVICE_UNAVAILABLE, format!("Plugin is disabled: {id}"));
+        return JsonReply::detail(StatusCode::SERVICE_UNAVAILABLE, format!("Plugin is disabled: {id}"));
     }
     if state.agent.plugin(&id).is_none() {
-        return detail(StatusCode::NOT_FOUND, format!("Plugin not found: {id}"));
+        return JsonReply::detail(StatusCode::NOT_FOUND, format!("Plugin not found: {id}"));
     }
     match state.agent.communicate(&id, payload).await {
         Ok(reply) => JsonReply::ok(reply),
         Err(AgentError::NoHook { .. }) => {
-            detail(StatusCode::BAD_REQUEST, format!("Plugin does not support communicate: {id}"))
+            JsonReply::detail(StatusCode::BAD_REQUEST, format!("Plugin does not support communicate: {id}"))
         }
         Err(AgentError::NotAnObject { .. }) => {
-            detail(StatusCode::BAD_REQUEST, format!("Plugin communicate result must be dict: {id}"))
+            JsonReply::detail(StatusCode::BAD_REQUEST, format!("Plugin communicate result must be dict: {id}"))
         }
-        Err(e) => detail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => JsonReply::detail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 
@@ -361,7 +355,7 @@ pub(crate) async fn frontend(
     Path((id, path)): Path<(String, String)>,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let not_found = || detail(StatusCode::NOT_FOUND, "Not Found".to_owned()).into_response();
+    let not_found = || JsonReply::detail(StatusCode::NOT_FOUND, "Not Found".to_owned()).into_response();
     if crate::manifest::validate_name(&id).is_err() {
         return not_found();
     }

@@ -27,6 +27,12 @@ impl JsonReply {
         JsonReply { status, body: json!({ "error": message.into() }) }
     }
 
+    /// A FaustBot-route error: `{"detail": …}` as FastAPI writes it, and
+    /// `error` as every other ctxhost route does.
+    pub fn detail(status: StatusCode, message: String) -> Self {
+        JsonReply { status, body: json!({"detail": message, "error": message}) }
+    }
+
     pub fn bad_request(message: impl Into<String>) -> Self {
         JsonReply::error(StatusCode::BAD_REQUEST, message)
     }

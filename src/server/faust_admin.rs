@@ -13,10 +13,6 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::body::JsonReply;
 
-fn detail(status: StatusCode, message: String) -> JsonReply {
-    JsonReply::with_status(status, json!({"detail": message, "error": message}))
-}
-
 /// `GET /faust/admin/plugins`: every agent-loop plugin as FaustBot lists
 /// them, plus the ones that failed to start (`"error"`).
 pub(crate) async fn list(State(state): State<Arc<AppState>>) -> JsonReply {
@@ -27,6 +23,7 @@ pub(crate) async fn list(State(state): State<Arc<AppState>>) -> JsonReply {
         .iter()
         .map(|p| {
             let pj = p.faust.as_deref();
+            let config = p.services.config_snapshot();
             json!({
                 "id": p.name,
                 "name": pj.map_or(p.name.as_str(), |f| f.name.as_str()),
@@ -42,8 +39,8 @@ pub(crate) async fn list(State(state): State<Arc<AppState>>) -> JsonReply {
                 "refused": p.decl.refused,
                 "config": {
                     "plugin_id": p.name,
-                    "schema": p.services.config_snapshot()["schema"],
-                    "values": p.services.config_snapshot()["values"],
+                    "schema": config["schema"],
+                    "values": config["values"],
                 },
                 "health": health.get(&p.name).cloned().unwrap_or(json!({"status": "unknown"})),
             })
@@ -67,10 +64,10 @@ pub(crate) async fn disable(state: State<Arc<AppState>>, id: Path<String>) -> Js
 
 async fn set_enabled(State(state): State<Arc<AppState>>, Path(id): Path<String>, enabled: bool) -> JsonReply {
     if super::reload::plugin_dir(&state, &id).is_err() {
-        return detail(StatusCode::NOT_FOUND, format!("Plugin not found: {id}"));
+        return JsonReply::detail(StatusCode::NOT_FOUND, format!("Plugin not found: {id}"));
     }
     if let Err(e) = crate::registry::state::set_enabled(&state.home, &id, enabled) {
-        return detail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+        return JsonReply::detail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
     }
     match super::reload::reload(&state, &id).await {
         Ok(done) => JsonReply::ok(json!({"status": "ok", "plugin_id": id, "enabled": enabled, "active": done.active})),

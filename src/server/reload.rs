@@ -37,12 +37,13 @@ pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded
     let dir = plugin_dir(state, name)?;
     let _one_at_a_time = state.reload_lock.lock().await;
     let loader = state.clone();
+    let plugin_name = name.to_owned();
     let plugin = tokio::task::spawn_blocking(move || {
         let cx = loader.load_context();
-        if crate::faust::is_faust_plugin(&dir) && crate::registry::is_enabled(&loader.home, &dir_name(&dir)) {
+        if crate::faust::is_faust_plugin(&dir) && crate::registry::is_enabled(&loader.home, &plugin_name) {
             // Dependencies go in before the module is first imported.
             let prepared = crate::faust::deps::prepare(&dir, &cx)?;
-            loader.agent.set_deps_declared(&dir_name(&dir), prepared.declared);
+            loader.agent.set_deps_declared(&plugin_name, prepared.declared);
         }
         let plugin = load_plugin(&dir, &cx).map_err(|e| e.to_string())?;
         // Loading succeeds for a plugin whose launcher is missing (a call
@@ -105,10 +106,6 @@ pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded
         tracing::info!(plugin = %name, "reloaded; new calls use the new version");
     }
     Ok(report)
-}
-
-fn dir_name(dir: &std::path::Path) -> String {
-    dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 /// `<plugins dir>/<name>` when `name` is a valid plugin name with a directory.
