@@ -3,12 +3,13 @@
 //! combine rule with real plugins, config_changed, triggers, schedules,
 //! communicate, and services surviving a restart.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::util::http::Daemon;
 use crate::util::site::Site;
+use crate::util::within;
 use crate::util::write;
 
 impl Site {
@@ -33,15 +34,6 @@ impl Site {
             );
         }
         write(&dir.join("plugin.toml"), &toml);
-    }
-}
-
-/// Waits (up to 10 s) for `done`.
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -209,7 +201,7 @@ fn config_changed_fires_for_every_set_and_config_survives_a_restart() {
     assert_eq!(r.status, 400);
     let error = r.json()["error"].as_str().unwrap().to_owned();
     assert!(error.contains("LIMIT") && error.contains("int"), "{error}");
-    eventually("two config_changed calls", || site.log("watcher").len() >= 2);
+    within(10, "two config_changed calls", || site.log("watcher").len() >= 2);
     std::thread::sleep(Duration::from_millis(300));
     let calls = site.log("watcher");
     assert_eq!(calls.len(), 2, "a refused PUT changes nothing and fires nothing: {calls:?}");
@@ -250,15 +242,15 @@ fn triggers_fire_expire_merge_and_survive_a_restart() {
     post(json!({"id": "muted", "type": "interval", "interval_seconds": 1, "payload": {"mute": true}}));
     post(json!({"id": "short", "type": "datetime", "target": now + 3600, "lifespan": 1}));
     post(json!({"id": "later", "type": "datetime", "target": now + 3600}));
-    eventually("tick to fire", || {
+    within(10, "tick to fire", || {
         d.get("/api/triggers/fired").json().as_array().unwrap().iter().any(|t| t["id"] == "tick")
     });
-    eventually("short to expire", || d.get("/api/triggers/short").status == 404);
+    within(10, "short to expire", || d.get("/api/triggers/short").status == 404);
     let fired = d.get("/api/triggers/fired").json();
     let ids: Vec<&str> = fired.as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap()).collect();
     assert!(!ids.contains(&"muted"), "trigger_fire blocked it: {ids:?}");
     assert!(!ids.contains(&"short"), "an expired trigger never fires: {ids:?}");
-    eventually("muted to reach trigger_fire", || site.log("filter").contains(&json!("muted")));
+    within(10, "muted to reach trigger_fire", || site.log("filter").contains(&json!("muted")));
 
     // PATCH merges: the type and interval stay, the payload is merged.
     let r = d.send("PATCH", "/api/triggers/tick", Some(r#"{"payload":{"m":2},"recall_description":"tick tock"}"#));
@@ -309,7 +301,7 @@ fn schedules_never_overlap_and_heartbeats_come() {
         ],
     );
     let d = site.start(&[]);
-    eventually("three schedule runs", || site.log("ticker").iter().filter(|l| l["at"] == "end").count() >= 3);
+    within(10, "three schedule runs", || site.log("ticker").iter().filter(|l| l["at"] == "end").count() >= 3);
     assert!(d.stop().0);
     let runs: Vec<Value> = site.log("ticker").into_iter().filter(|l| l["at"] != "beat").collect();
     for pair in runs.chunks(2) {

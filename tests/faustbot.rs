@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use crate::util::examples::repo_root;
 use crate::util::http::{Daemon, Response};
 use crate::util::site::Site;
+use crate::util::within;
 use crate::util::write;
 
 impl Site {
@@ -29,15 +30,6 @@ impl Site {
         let dir = self.plugin_dir(name);
         write(&dir.join("plugin.json"), &serde_json::to_string_pretty(&pj).unwrap());
         write(&dir.join("impl.py"), impl_py);
-    }
-}
-
-/// Waits up to `secs` for `done`.
-fn within(secs: u64, what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < Duration::from_secs(secs), "timed out after {secs} s waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

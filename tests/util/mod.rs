@@ -145,3 +145,12 @@ pub fn write_wheel(dir: &Path, package: &str, value: &str) {
         .expect("run python3");
     assert!(out.status.success(), "writing the wheel failed: {}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Waits up to `secs` seconds for `done`, failing the test with `what`.
+pub fn within(secs: u64, what: &str, mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(start.elapsed() < std::time::Duration::from_secs(secs), "timed out after {secs} s waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
