@@ -223,8 +223,8 @@ impl AgentEngine {
             if crate::faust::is_faust_plugin(&dir) {
                 // Dependencies go in before the module is first imported.
                 match crate::faust::deps::prepare(&dir, cx) {
-                    Ok(prepared) => {
-                        deps_declared.insert(name.clone(), prepared.declared);
+                    Ok(declared) => {
+                        deps_declared.insert(name.clone(), declared);
                     }
                     Err(e) => {
                         let error = format!("its dependencies: {e}");

@@ -20,16 +20,6 @@ use super::{PluginJson, shim};
 use crate::plugin::LoadContext;
 use crate::registry::venv;
 
-/// What [`prepare`] found.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Prepared {
-    /// The plugin declares its dependencies (requirements.txt, or a
-    /// `register_pip_deps` list readable without running it).
-    pub declared: bool,
-    /// pip's closing line when an environment was built now.
-    pub installed: Option<String>,
-}
-
 /// `<home>/faust/requirements/`.
 fn requirements_dir(cx: &LoadContext<'_>) -> PathBuf {
     cx.home.root().join("faust").join("requirements")
@@ -87,10 +77,12 @@ fn check_requirements(file: &Path, text: &str) -> Result<(), String> {
 
 /// Makes sure the dependencies of the FaustBot plugin in `dir` are in its
 /// virtual environment, building (or rebuilding) it when they changed.
+/// Returns whether the plugin declares its dependencies (requirements.txt,
+/// or a `register_pip_deps` list readable without running it).
 ///
 /// # Errors
 /// No python3, or the environment cannot be built (pip's message).
-pub fn prepare(dir: &Path, cx: &LoadContext<'_>) -> Result<Prepared, String> {
+pub fn prepare(dir: &Path, cx: &LoadContext<'_>) -> Result<bool, String> {
     let (pj, _) = PluginJson::load(dir).map_err(|e| e.to_string())?;
     let path = (cx.host_env)("PATH");
     let python = crate::runner::process::find_on_path("python3", path.as_deref())
@@ -102,8 +94,8 @@ pub fn prepare(dir: &Path, cx: &LoadContext<'_>) -> Result<Prepared, String> {
     } else {
         let shim_dir = shim::install(cx.home)?;
         match static_deps(&python, &shim_dir, &dir.join(&pj.entry))? {
-            None => return Ok(Prepared::default()),
-            Some(deps) if deps.is_empty() => return Ok(Prepared { declared: true, installed: None }),
+            None => return Ok(false),
+            Some(deps) if deps.is_empty() => return Ok(true),
             Some(deps) => {
                 if let Some(bad) = deps.iter().find(|d| d.contains(['\n', '\r'])) {
                     return Err(format!("register_pip_deps lists {bad:?}, which spans lines"));
@@ -118,21 +110,23 @@ pub fn prepare(dir: &Path, cx: &LoadContext<'_>) -> Result<Prepared, String> {
     };
     check_requirements(&file, &text)?;
     if text.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with('#')) {
-        return Ok(Prepared { declared: true, installed: None });
+        return Ok(true);
     }
     let stamp_file = requirements_dir(cx).join(format!("{}.sha256", pj.id));
     let stamp = hex::encode(Sha256::digest(text.as_bytes()));
     let ready = matches!(venv::find(cx.home, &pj.id), venv::Found::Ready(_));
     if ready && std::fs::read_to_string(&stamp_file).ok().as_deref() == Some(stamp.as_str()) {
-        return Ok(Prepared { declared: true, installed: None });
+        return Ok(true);
     }
     tracing::info!(plugin = %pj.id, "installing the plugin's dependencies into its virtual environment");
     let built = venv::build(cx.home, &pj.id, &python, dir, &file).map_err(|e| e.to_string())?;
-    let installed = built.pip_summary.clone();
+    if let Some(summary) = &built.pip_summary {
+        tracing::info!(plugin = %pj.id, "{summary}");
+    }
     built.activate(cx.home, &pj.id).map_err(|e| e.to_string())?;
     crate::home::Home::write_atomic(&stamp_file, stamp.as_bytes())
         .map_err(|e| format!("cannot write {}: {e}", stamp_file.display()))?;
-    Ok(Prepared { declared: true, installed })
+    Ok(true)
 }
 
 #[cfg(test)]

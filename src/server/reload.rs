@@ -42,8 +42,8 @@ pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded
         let cx = loader.load_context();
         if crate::faust::is_faust_plugin(&dir) && crate::registry::is_enabled(&loader.home, &plugin_name) {
             // Dependencies go in before the module is first imported.
-            let prepared = crate::faust::deps::prepare(&dir, &cx)?;
-            loader.agent.set_deps_declared(&plugin_name, prepared.declared);
+            let declared = crate::faust::deps::prepare(&dir, &cx)?;
+            loader.agent.set_deps_declared(&plugin_name, declared);
         }
         let plugin = load_plugin(&dir, &cx).map_err(|e| e.to_string())?;
         // Loading succeeds for a plugin whose launcher is missing (a call
