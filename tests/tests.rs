@@ -16,11 +16,13 @@
 //! - `sandbox`: the script sandbox (Landlock, network namespace, cgroup limits), as root and unprivileged.
 //! - `agent`: the agent loop (agent-hooks.md): the guard three ways, combine rules, config, triggers, schedules.
 //! - `workers`: persistent workers: examples in both modes, faults, respawn and retry, leaks, reload.
+//! - `attacks`: the attack catalogue (issue 13): what a hostile plugin tries, and that it fails.
 //! - `faustbot`: FaustBot plugins (plugin.json + impl.py) unmodified: the examples, every hook sync and async, deps, lifecycle.
 
 mod util;
 
 mod agent;
+mod attacks;
 mod cli;
 mod env;
 mod faust_shim;
