@@ -103,6 +103,15 @@ impl Home {
         std::fs::create_dir_all(dir)?;
         let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
         tmp.write_all(bytes)?;
+        // A replaced file keeps its owner and mode (a plugin's config view
+        // belongs to the plugin's hook uid when ctxhost runs as root).
+        if let Ok(old) = std::fs::symlink_metadata(path)
+            && old.is_file()
+        {
+            use std::os::unix::fs::{MetadataExt, PermissionsExt};
+            let _ = std::os::unix::fs::fchown(tmp.as_file(), Some(old.uid()), Some(old.gid()));
+            let _ = tmp.as_file().set_permissions(std::fs::Permissions::from_mode(old.mode() & 0o7777));
+        }
         tmp.persist(path).map_err(|e| e.error)?;
         Ok(())
     }

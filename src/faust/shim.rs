@@ -59,6 +59,12 @@ pub fn install(home: &Home) -> Result<PathBuf, String> {
         }
         std::fs::write(&path, content).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
+    // Readable by every hook uid (hooks run as their own uid under root).
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(staging.path(), std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("cannot open up {}: {e}", staging.path().display()))?;
+    }
     match crate::home::rename_noreplace(staging.path(), &target) {
         Ok(()) => {
             // The rename moved it: nothing for the TempDir to remove.

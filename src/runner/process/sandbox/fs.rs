@@ -12,8 +12,13 @@
 //! `/proc/meminfo`, `/sys/devices/system/cpu`, the cgroup files. Landlock
 //! does not cover path walks, `stat`, or connecting to a named UNIX socket.
 
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use super::identity;
 use ::landlock::{
     ABI, Access, AccessFs, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetError,
     Scope,
@@ -49,33 +54,113 @@ pub struct FsInputs<'a> {
     pub path_vars: Vec<PathBuf>,
     pub readable_paths: &'a [PathBuf],
     pub writable_paths: &'a [PathBuf],
+    /// As root: the uid/gid hooks run as; the plugin's writable dirs are given to it.
+    pub hook_id: Option<u32>,
+    /// The plugin dir is the plugin's own (installed in the plugins dir), so
+    /// it may be given to the hook's uid.
+    pub owns_plugin_dir: bool,
 }
 
-/// The roots of one plugin, canonical and existing.
+/// One allowed root, pinned at load: the rule of every later process is
+/// made from this fd, never from the path again, so a root replaced by a
+/// symlink after load (`state` → `/`) still means the directory that was
+/// checked. A named grant whose path no longer leads to it is left out.
+#[derive(Debug, Clone)]
+pub struct Root {
+    pub path: PathBuf,
+    fd: Arc<OwnedFd>,
+    /// Named by the manifest (a grant): re-checked before each process.
+    named: bool,
+    dev: u64,
+    ino: u64,
+}
+
+impl Root {
+    /// Opens `canonical` without following a symlink in its last part and
+    /// checks the fd is that path.
+    fn pin(canonical: &Path, named: bool) -> io::Result<Root> {
+        let fd: OwnedFd = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(canonical)?
+            .into();
+        let at = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
+        if at != canonical {
+            return Err(io::Error::other(format!("`{}` changed while it was checked", canonical.display())));
+        }
+        let meta = std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
+        Ok(Root { path: canonical.to_owned(), fd: Arc::new(fd), named, dev: meta.dev(), ino: meta.ino() })
+    }
+
+    /// The pinned fd.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Whether the path still leads to the pinned directory.
+    fn unchanged(&self) -> bool {
+        std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.dev() == self.dev && m.ino() == self.ino)
+    }
+}
+
+/// The roots of one plugin, canonical, existing and pinned.
 #[derive(Debug, Clone, Default)]
 pub struct FsPolicy {
-    pub read: Vec<PathBuf>,
-    pub write: Vec<PathBuf>,
+    pub read: Vec<Root>,
+    pub write: Vec<Root>,
+    plugin: String,
 }
 
 impl FsPolicy {
     /// The plugin's roots. Creates the LibreFang-layout dirs
     /// (`~/.librefang/plugins/<name>/`, `~/.librefang/logs/`) and the data
-    /// dir when missing. Returns the policy and a warning per refused root.
+    /// dir when missing; as root, gives the plugin's own writable dirs to
+    /// its hook uid. Returns the policy and a warning per refused root.
     pub fn build(i: &FsInputs<'_>) -> (FsPolicy, Vec<String>) {
         let home = i.user_home.map(|h| std::fs::canonicalize(h).unwrap_or_else(|_| h.to_owned()));
         let mut warnings = Vec::new();
-        let mut policy = FsPolicy::default();
+        let mut policy = FsPolicy { plugin: i.plugin.to_owned(), ..FsPolicy::default() };
         let resolve = |p: &Path| if p.is_relative() { i.plugin_dir.join(p) } else { p.to_owned() };
 
         let _ = std::fs::create_dir_all(i.data_dir);
-        let mut write: Vec<(PathBuf, bool)> = vec![(i.plugin_dir.to_owned(), true), (i.data_dir.to_owned(), true)];
+        // Dirs that are the plugin's own, given to its uid as root.
+        let mut own: Vec<PathBuf> = vec![i.data_dir.to_owned()];
+        if i.owns_plugin_dir {
+            own.push(i.plugin_dir.to_owned());
+        }
+        let mut write: Vec<(PathBuf, bool)> = vec![(i.plugin_dir.to_owned(), false), (i.data_dir.to_owned(), false)];
         if let Some(home) = i.user_home {
-            for dir in [home.join(".librefang/plugins").join(i.plugin), home.join(".librefang/logs")] {
-                // Created on demand; a HOME that cannot hold them just leaves them out.
-                if std::fs::create_dir_all(&dir).is_ok() {
-                    write.push((dir, true));
+            let store = home.join(".librefang/plugins").join(i.plugin);
+            let logs = home.join(".librefang/logs");
+            // Created on demand; a HOME that cannot hold them just leaves them out.
+            if std::fs::create_dir_all(&store).is_ok() {
+                own.push(store.clone());
+                write.push((store, false));
+            }
+            if std::fs::create_dir_all(&logs).is_ok() {
+                if i.hook_id.is_some() {
+                    // Shared by every plugin's uid: like /tmp (sticky).
+                    let _ = std::fs::set_permissions(&logs, std::fs::Permissions::from_mode(0o1777));
                 }
+                write.push((logs, false));
+            }
+        }
+        if let Some(id) = i.hook_id {
+            for dir in &own {
+                if let Err(e) = identity::give_tree(dir, id, id) {
+                    warnings.push(format!(
+                        "plugin '{}': cannot give `{}` to the hook uid {id}: {e}; its hooks may not write there",
+                        i.plugin,
+                        dir.display()
+                    ));
+                }
+            }
+        }
+        if i.hook_id.is_some() {
+            // The venv is ctxhost's own (built by root, 0700 while staged):
+            // the hook's uid must read it.
+            if let Some(venv) = i.venv {
+                open_for_reading(venv);
             }
         }
         write.extend(i.writable_paths.iter().map(|p| (resolve(p), true)));
@@ -84,7 +169,7 @@ impl FsPolicy {
         let mut read: Vec<(PathBuf, bool)> =
             SYSTEM_READ.iter().chain(DEVICES_READ).map(|p| (p.into(), false)).collect();
         read.extend(launcher_roots(i.launcher, home.as_deref()).into_iter().map(|p| (p, false)));
-        read.extend(i.venv.map(|v| (v.to_owned(), true)));
+        read.extend(i.venv.map(|v| (v.to_owned(), false)));
         read.extend(i.path_vars.iter().map(|p| (p.clone(), false)));
         read.extend(i.readable_paths.iter().map(|p| (resolve(p), true)));
 
@@ -105,16 +190,31 @@ impl FsPolicy {
                     ));
                     continue;
                 }
-                if !out.contains(&canonical) {
-                    out.push(canonical);
+                if out.iter().any(|r| r.path == canonical) {
+                    continue;
+                }
+                match Root::pin(&canonical, named) {
+                    Ok(root) => out.push(root),
+                    Err(e) => warnings.push(format!(
+                        "plugin '{}': the {what} path `{}` is left out: {e}",
+                        i.plugin,
+                        path.display()
+                    )),
                 }
             }
         }
         (policy, warnings)
     }
 
+    /// Every root, readable and writable.
+    pub fn roots(&self) -> impl Iterator<Item = &Root> {
+        self.read.iter().chain(&self.write)
+    }
+
     /// A ruleset for one process: the plugin's roots plus its `tmpdir`
     /// (writable). The child enforces it with [`RulesetCreated::restrict_self`].
+    /// A granted root whose path was swapped since load is left out (and
+    /// warned about): the grant meant the directory that was checked.
     ///
     /// # Errors
     /// Landlock refusing the ruleset or a rule.
@@ -125,17 +225,44 @@ impl FsPolicy {
         // made in the data dir would read around every rule.
         let write = all & !(AccessFs::MakeBlock | AccessFs::MakeChar);
         let mut ruleset = Ruleset::default().handle_access(all)?.scope(Scope::from_all(TARGET_ABI))?.create()?;
-        let mut rules: Vec<(&Path, _)> = self.read.iter().map(|p| (p.as_path(), read)).collect();
-        rules.extend(self.write.iter().map(|p| (p.as_path(), write)));
-        rules.extend(tmpdir.map(|p| (p, write)));
-        for (path, access) in rules {
-            // A root that vanished since load is simply not allowed.
-            if let Ok(fd) = PathFd::new(path) {
-                ruleset = ruleset.add_rule(PathBeneath::new(fd, access))?;
+        let rules = self.read.iter().map(|r| (r, read)).chain(self.write.iter().map(|r| (r, write)));
+        for (root, access) in rules {
+            if root.named && !root.unchanged() {
+                tracing::warn!(
+                    "plugin '{}': the granted path `{}` was replaced since it was checked; it is refused \
+                     (run `ctxhost plugin grant {}` after checking it)",
+                    self.plugin,
+                    root.path.display(),
+                    self.plugin
+                );
+                continue;
             }
+            ruleset = ruleset.add_rule(PathBeneath::new(root.fd(), access))?;
+        }
+        if let Some(tmp) = tmpdir
+            && let Ok(fd) = PathFd::new(tmp)
+        {
+            ruleset = ruleset.add_rule(PathBeneath::new(fd, write))?;
         }
         Ok(ruleset)
     }
+}
+
+/// Makes a directory ctxhost made for a plugin (its venv, the FaustBot shim)
+/// readable by other uids when it is owned by this process's user.
+fn open_for_reading(dir: &Path) {
+    let Ok(meta) = std::fs::symlink_metadata(dir) else { return };
+    // SAFETY: geteuid has no preconditions.
+    if meta.is_dir() && meta.uid() == unsafe { libc::geteuid() } && meta.mode() & 0o005 != 0o005 {
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode((meta.mode() & 0o7777) | 0o755));
+    }
+}
+
+/// The read rights of this kernel's Landlock, as raw bits (for a rule the
+/// child adds on its own `/proc`).
+pub fn read_bits() -> u64 {
+    let abi = ABI::from(super::features().landlock_abi.min(6));
+    (AccessFs::from_read(TARGET_ABI) & AccessFs::from_all(abi)).bits()
 }
 
 /// The launcher's installation prefix (`<prefix>/bin/<program>` → `<prefix>`)
@@ -188,14 +315,18 @@ mod tests {
             path_vars: Vec::new(),
             readable_paths: &readable,
             writable_paths: &[PathBuf::from("/")],
+            hook_id: None,
+            owns_plugin_dir: false,
         });
         assert_eq!(warnings.len(), 3, "{warnings:?}");
         let canon = |p: &Path| std::fs::canonicalize(p).unwrap();
-        assert!(policy.read.contains(&canon(&home.join(".pyenv"))));
-        assert!(policy.read.contains(&canon(&home.join(".pyenv/versions/3.12.1"))), "{:?}", policy.read);
-        assert!(!policy.read.iter().chain(&policy.write).any(|p| canon(&home).starts_with(p)));
-        assert!(policy.write.contains(&canon(&home.join(".librefang/plugins/p"))));
-        assert!(policy.write.contains(&canon(&home.join(".librefang/logs"))));
-        assert!(policy.write.contains(&canon(&root.path().join("data/p"))));
+        let read: Vec<&Path> = policy.read.iter().map(|r| r.path.as_path()).collect();
+        let write: Vec<&Path> = policy.write.iter().map(|r| r.path.as_path()).collect();
+        assert!(read.contains(&canon(&home.join(".pyenv")).as_path()));
+        assert!(read.contains(&canon(&home.join(".pyenv/versions/3.12.1")).as_path()), "{read:?}");
+        assert!(!read.iter().chain(&write).any(|p| canon(&home).starts_with(p)));
+        assert!(write.contains(&canon(&home.join(".librefang/plugins/p")).as_path()));
+        assert!(write.contains(&canon(&home.join(".librefang/logs")).as_path()));
+        assert!(write.contains(&canon(&root.path().join("data/p")).as_path()));
     }
 }

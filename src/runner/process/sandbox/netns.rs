@@ -63,14 +63,19 @@ pub struct Namespaces {
 }
 
 impl Namespaces {
-    /// `net`: a fresh network namespace; `user`: a user namespace (not root).
-    pub fn new(net: bool, user: bool) -> Option<Namespaces> {
+    /// `net`: a fresh network namespace; `user`: a user namespace (not
+    /// root); `pid`: a pid namespace with its own mount namespace (the
+    /// process then forks once more: see `pidns`).
+    pub fn new(net: bool, user: bool, pid: bool) -> Option<Namespaces> {
         let mut flags = 0;
         if net {
             flags |= libc::CLONE_NEWNET;
         }
         if user {
             flags |= libc::CLONE_NEWUSER;
+        }
+        if pid {
+            flags |= libc::CLONE_NEWPID | libc::CLONE_NEWNS;
         }
         if flags == 0 {
             return None;
@@ -86,9 +91,15 @@ impl Namespaces {
     }
 
     /// Entering `shared` (which the caller keeps open until the process
-    /// has exec'd).
-    pub fn join(shared: &SharedNetns) -> Namespaces {
-        Namespaces { flags: 0, maps: None, loopback: false, join: Some(shared.0.as_raw_fd()) }
+    /// has exec'd), and a fresh pid namespace when `pid`.
+    pub fn join(shared: &SharedNetns, pid: bool) -> Namespaces {
+        let flags = if pid { libc::CLONE_NEWPID | libc::CLONE_NEWNS } else { 0 };
+        Namespaces { flags, maps: None, loopback: false, join: Some(shared.0.as_raw_fd()) }
+    }
+
+    /// Whether a pid namespace is made (the caller must then fork once more).
+    pub fn new_pid(&self) -> bool {
+        self.flags & libc::CLONE_NEWPID != 0
     }
 
     /// Enters the namespaces. Runs in the forked child.
@@ -101,6 +112,8 @@ impl Namespaces {
             if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
                 return Err(io::Error::last_os_error());
             }
+        }
+        if self.flags == 0 {
             return Ok(());
         }
         // SAFETY: unshare changes only this (single-threaded, forked) process.

@@ -23,8 +23,14 @@ pub struct Features {
     pub netns: bool,
     /// A user namespace can be made (only needed when not root).
     pub userns: bool,
-    /// Running as root (euid 0): cgroups may be written, rlimits do not bind.
+    /// Running as root (euid 0): cgroups may be written, rlimits do not bind;
+    /// hooks run as their plugin's own uid.
     pub root: bool,
+    /// A pid namespace with its own `/proc` can be made per process.
+    pub pidns: bool,
+    /// The seccomp filter can be installed (the kernel has seccomp filters
+    /// and ctxhost knows this architecture's syscalls).
+    pub seccomp: bool,
     /// Where per-call cgroups go.
     #[serde(skip)]
     pub cgroups: Bases,
@@ -62,10 +68,16 @@ impl Features {
         if self.kill == "none" {
             missing.push("cgroup kill of escaped processes");
         }
+        if !self.pidns {
+            missing.push("pid namespace");
+        }
+        if !self.seccomp {
+            missing.push("seccomp");
+        }
         missing
     }
 
-    /// One line: `landlock abi 7, netns yes, cgroup v1 memory+pids, kill cgroup v2`.
+    /// One line: `landlock abi 7, seccomp yes, netns yes, pidns yes, uid per plugin, …`.
     pub fn summary(&self) -> String {
         let landlock =
             if self.landlock_abi > 0 { format!("landlock abi {}", self.landlock_abi) } else { "landlock no".into() };
@@ -74,9 +86,20 @@ impl Features {
             (true, false) => "netns yes (user namespace)",
             (false, _) => "netns no",
         };
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        let uid = if self.root {
+            format!("uid per plugin ({}+, never 0)", super::identity::HOOK_UID_BASE)
+        } else {
+            // SAFETY: geteuid has no preconditions.
+            format!("uid {}", unsafe { libc::geteuid() })
+        };
         format!(
-            "{landlock}, {netns}, memory limit {}, process limit {}, kill {}",
-            self.memory_limit, self.process_limit, self.kill
+            "{landlock}, seccomp {}, {netns}, pidns {}, {uid}, memory limit {}, process limit {}, kill {}",
+            yes(self.seccomp),
+            yes(self.pidns),
+            self.memory_limit,
+            self.process_limit,
+            self.kill
         )
     }
 }
@@ -120,14 +143,20 @@ fn probe() -> Features {
     } else {
         "none"
     };
-    let kill = if cgroups.use_v2() {
+    let pidns = can_pid_namespace(root, userns);
+    let seccomp = super::seccomp::programs().is_some()
+        // SAFETY: PR_GET_SECCOMP only reads this process's mode.
+        && unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) } >= 0;
+    let kill = if pidns {
+        "pid namespace"
+    } else if cgroups.use_v2() {
         "cgroup v2"
     } else if cgroups.v1_pids.is_some() || cgroups.v1_memory.is_some() {
         "cgroup v1"
     } else {
         "none"
     };
-    Features { landlock_abi, netns, userns, root, cgroups, memory_limit, process_limit, kill }
+    Features { landlock_abi, netns, userns, root, pidns, seccomp, cgroups, memory_limit, process_limit, kill }
 }
 
 /// `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`.
@@ -159,6 +188,33 @@ fn can_unshare_user_net() -> bool {
     in_child(|| {
         // SAFETY: as above.
         unsafe { libc::unshare(libc::CLONE_NEWUSER) == 0 && libc::unshare(libc::CLONE_NEWNET) == 0 }
+    })
+}
+
+/// Whether a forked child can make a pid and mount namespace (in a user
+/// namespace when not root) and, in a grandchild, mount its own `/proc`.
+fn can_pid_namespace(root: bool, userns: bool) -> bool {
+    if !root && !userns {
+        return false;
+    }
+    let flags = libc::CLONE_NEWPID | libc::CLONE_NEWNS | if root { 0 } else { libc::CLONE_NEWUSER };
+    in_child(|| {
+        // SAFETY: unshare + fork + mount in the forked, single-threaded
+        // child and its own child; both leave with _exit.
+        unsafe {
+            if libc::unshare(flags) != 0 {
+                return false;
+            }
+            let pid = libc::fork();
+            if pid < 0 {
+                return false;
+            }
+            if pid == 0 {
+                libc::_exit(if super::pidns::mount_proc().is_ok() { 0 } else { 1 });
+            }
+            let mut status = 0;
+            libc::waitpid(pid, &mut status, 0) == pid && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+        }
     })
 }
 
