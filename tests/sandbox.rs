@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+use crate::util::nobody::{chown_tree, link_or_copy};
 use crate::util::{TestPlugin, ctxhost, is_dead, reply, require_program, stderr, write};
 
 /// The memories' contents of an ingest reply.
@@ -431,73 +432,20 @@ fn the_core_cases_hold_for_an_unprivileged_user() {
     assert_eq!(std::fs::read_to_string(home.join(".librefang/plugins/t/state")).unwrap(), "x\n");
 }
 
-/// Gives the tree to uid/gid 65534.
-fn chown_tree(dir: &Path) {
-    std::os::unix::fs::chown(dir, Some(65534), Some(65534)).unwrap();
-    if dir.is_dir() {
-        for e in std::fs::read_dir(dir).unwrap() {
-            chown_tree(&e.unwrap().path());
-        }
-    }
-}
-
-/// This whole module again, as uid 65534: the test binary re-runs its own
-/// `sandbox::` tests under `setpriv` (when the tests run as root; as an
+/// This whole module again, as uid 65534 (when the tests run as root; as an
 /// ordinary user they already ran unprivileged).
 #[test]
 fn the_whole_sandbox_suite_passes_as_an_unprivileged_user() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !crate::util::nobody::is_root() {
         eprintln!("not root: the sandbox tests already ran unprivileged");
         return;
     }
-    require_program("setpriv", "util-linux");
-    let home = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    chown_tree(home.path());
-    // The checkout may sit where uid 65534 cannot go (under /root): run
-    // from a world-readable place holding the test binary, ctxhost next to
-    // it (where `cargo_bin` looks) and the repo files the suite reads.
-    let place = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(place.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let me = place.path().join("deps/integration");
-    link_or_copy(&std::env::current_exe().unwrap(), &me);
-    link_or_copy(&assert_cmd::cargo::cargo_bin("ctxhost"), &place.path().join("ctxhost"));
-    let repo = place.path().join("repo");
-    crate::util::copy_tree(&crate::util::repo_root().join("tests/fixtures"), &repo.join("tests/fixtures"));
-    crate::util::copy_tree(
-        &crate::util::repo_root().join("guest-examples/go-memory"),
-        &repo.join("guest-examples/go-memory"),
+    crate::util::nobody::rerun_as_nobody(
+        "sandbox::",
+        &["sandbox::the_whole_sandbox_suite", "sandbox::the_core_cases"],
+        &["tests/fixtures", "guest-examples/go-memory"],
+        9,
     );
-    let out = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(&me)
-        .args(["sandbox::", "--skip", "sandbox::the_whole_sandbox_suite", "--skip", "sandbox::the_core_cases"])
-        .args(["--test-threads", "2"])
-        .env_clear()
-        // The runtimes this user can run (a pyenv under /root is not one).
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("HOME", home.path())
-        .env("TMPDIR", std::env::temp_dir())
-        .env("CTXHOST_TEST_REPO_ROOT", &repo)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the sandbox suite failed as uid 65534:\n{stdout}\n{stderr}");
-    let passed = stdout.lines().filter(|l| l.starts_with("test sandbox::") && l.ends_with(" ok")).count();
-    assert!(passed >= 9, "it really ran the suite ({passed} passed):\n{stdout}");
-}
-
-/// A hard link of `from` at `to` (same file system), else a copy; parents
-/// made world-readable.
-fn link_or_copy(from: &Path, to: &Path) {
-    let parent = to.parent().unwrap();
-    std::fs::create_dir_all(parent).unwrap();
-    std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).unwrap();
-    if std::fs::hard_link(from, to).is_err() {
-        std::fs::copy(from, to).unwrap();
-    }
 }
 
 /// A plugin's own `[env]` cannot make paths readable: the readable set

@@ -36,14 +36,20 @@ Examples:
   ctxhost serve
   ctxhost serve --watch --addr 127.0.0.1:0
   CTXHOST_TOKEN=s3cret ctxhost serve --addr 0.0.0.0:4545
+  ctxhost serve --token-file /etc/ctxhost/token --addr 0.0.0.0:4545
   curl -s localhost:4545/api/agents/a1/ingest -d '{\"message\":\"what grows in my garden?\"}'")]
 pub struct ServeArgs {
     /// Address to listen on [default: `[server] addr` of config.toml, else 127.0.0.1:4545]
     #[arg(long, value_name = "ADDR")]
     addr: Option<SocketAddr>,
-    /// Bearer token for the POST routes (required to listen beyond loopback) [default: `[server] token`]
-    #[arg(long, env = "CTXHOST_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    /// Bearer token for the POST routes (required to listen beyond loopback) [default: `[server] token`].
+    /// A command line is visible to every local user (`ps`, /proc/PID/cmdline): prefer --token-file
+    /// or CTXHOST_TOKEN
+    #[arg(long, env = "CTXHOST_TOKEN", hide_env_values = true, value_name = "TOKEN", conflicts_with = "token_file")]
     token: Option<String>,
+    /// Read the bearer token from this file (its first line; the file should be readable by you only)
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<std::path::PathBuf>,
     /// Reload a stack plugin when its plugin.toml, a hook script or its component changes
     #[arg(long)]
     watch: bool,
@@ -56,6 +62,24 @@ struct BadAddr {
     value: String,
 }
 
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read the token file `{file}`: {reason}")]
+struct BadTokenFile {
+    file: String,
+    reason: String,
+}
+
+/// The first line of `file`, trimmed; an empty one is an error.
+fn read_token_file(file: &std::path::Path) -> Result<String, BadTokenFile> {
+    let bad = |reason: String| BadTokenFile { file: file.display().to_string(), reason };
+    let text = std::fs::read_to_string(file).map_err(|e| bad(e.to_string()))?;
+    let token = text.lines().next().unwrap_or("").trim().to_owned();
+    if token.is_empty() {
+        return Err(bad("its first line is empty".into()));
+    }
+    Ok(token)
+}
+
 pub fn exec(args: ServeArgs, home: &Home) -> CliResult {
     let (config, warnings) = HostConfig::load(home.config_file())?;
     show_warnings(&warnings);
@@ -66,7 +90,11 @@ pub fn exec(args: ServeArgs, home: &Home) -> CliResult {
             .map_err(|_| BadAddr { file: home.config_file().display().to_string(), value: text.to_owned() })?,
         (None, None) => DEFAULT_ADDR.parse()?,
     };
-    let token = args.token.or_else(|| config.server.token.clone()).filter(|t| !t.is_empty());
+    let from_file = match &args.token_file {
+        Some(file) => Some(read_token_file(file)?),
+        None => None,
+    };
+    let token = from_file.or(args.token).or_else(|| config.server.token.clone()).filter(|t| !t.is_empty());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         // Handlers first: a SIGTERM that follows the address line must stop

@@ -1,1 +1,410 @@
-//! See `attacks/mod.rs`.
+//! Script hooks trying to get out of the sandbox: a granted directory
+//! swapped for a symlink, metadata changes on files outside (chmod, chown,
+//! utime), running as root, the kernel's attack surface, daemons escaping
+//! the call, other processes' `/proc`, descriptors inherited from the
+//! daemon. Each test performs the attack through the real `ctxhost` binary
+//! and checks its effect. When the tests run as root, the whole module runs
+//! again as uid 65534 (the last test).
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::util::http::Daemon;
+use crate::util::{TestPlugin, reply, require_program, write};
+
+/// The memories' contents of an ingest reply.
+fn contents(r: &Value) -> Vec<String> {
+    r["memories"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|m| m["source"] != "default")
+                .map(|m| m["content"].as_str().unwrap_or("").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A bash ingest hook whose `body` prints findings, one per line; they come
+/// back as memories.
+fn probe_script(body: &str) -> String {
+    format!(
+        "exec 9>&1 1>\"$TMPDIR/lines\" 2>/dev/null\n{body}\nexec 1>&9\nprintf '{{\"memories\":['\nsep=\n\
+         while IFS= read -r l; do l=${{l//\\\\/}}; l=${{l//\\\"/}}; printf '%s{{\"content\":\"%s\"}}' \"$sep\" \"$l\"; sep=,; done < \"$TMPDIR/lines\"\n\
+         echo ']}}'\n"
+    )
+}
+
+fn probe(body: &str, extra_manifest: &str) -> TestPlugin {
+    TestPlugin::bash("ingest", &probe_script(body), extra_manifest)
+}
+
+/// Runs the probe's ingest through `ctxhost hook`.
+fn run(p: &TestPlugin) -> Vec<String> {
+    let a = p.cmd().args(["hook", p.dir.to_str().unwrap(), "ingest"]).write_stdin("{}").assert().success();
+    contents(&reply(&a))
+}
+
+/// A directory outside every plugin, with a file the attacker wants.
+fn outside(root: &Path) -> PathBuf {
+    let dir = root.join("outside");
+    write(&dir.join("secret"), "the secret\n");
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(dir.join("secret"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    dir
+}
+
+/// Item 3. The attacker is granted `writable_paths = ["state"]`, replaces
+/// `state` with a symlink to a directory outside during one call, and on
+/// the next call of the same running daemon (and after a restart) writes
+/// through it. The grant must keep meaning the directory that was checked:
+/// nothing appears outside, the secret stays unread.
+#[test]
+fn a_granted_directory_swapped_for_a_symlink_is_not_followed() {
+    let p = TestPlugin::new("t", &[]);
+    let out = outside(p.root.path());
+    let hook = probe_script(&format!(
+        "if [ -d state ] && [ ! -L state ]; then rm -rf state && ln -s {out} state && echo swapped; fi\n\
+         if echo pwned 2>/dev/null > state/pwned; then echo wrote-through; else echo write-denied; fi\n\
+         if cat state/secret >/dev/null 2>&1; then echo read-through; else echo read-denied; fi",
+        out = out.display()
+    ));
+    write(
+        &p.dir.join("plugin.toml"),
+        "name = \"t\"\nversion = \"1\"\nwritable_paths = [\"state\"]\n[hooks]\nruntime = \"bash\"\ningest = \"hooks/ingest.sh\"\n",
+    );
+    write(&p.dir.join("hooks/ingest.sh"), &hook);
+    std::fs::create_dir_all(p.dir.join("state")).unwrap();
+    write(&p.home.join("config.toml"), "[context_engine]\nplugin = \"t\"\n");
+    let daemon = Daemon::start(&p.home, &["--plugins-dir", p.dir.parent().unwrap().to_str().unwrap()], &[]);
+    let ingest = || {
+        let r = daemon.post("/api/agents/a/ingest", &json!({"message": "hi"}).to_string());
+        assert_eq!(r.status, 200, "{}", r.body);
+        contents(&r.json())
+    };
+    let first = ingest();
+    assert!(first.contains(&"swapped".to_owned()), "{first:?}");
+    assert!(p.dir.join("state").is_symlink());
+    let second = ingest();
+    assert_eq!(second, ["write-denied", "read-denied"], "the running daemon followed the swapped grant");
+    drop(daemon);
+    // A restart loads the plugin afresh: the symlink is refused, not followed.
+    let a = p.cmd().args(["hook", p.dir.to_str().unwrap(), "ingest"]).write_stdin("{}").assert().success();
+    assert_eq!(contents(&reply(&a)), ["write-denied", "read-denied"]);
+    let err = crate::util::stderr(&a);
+    assert!(err.contains("/state`") && err.contains("symlink"), "the refusal is named: {err}");
+    assert!(!out.join("pwned").exists(), "a file appeared outside");
+}
+
+/// Item 4. The attacker changes the metadata of files it can name but does
+/// not own: ctxhost's `grants.toml` (which Landlock does not let it open,
+/// but chmod works on a path) and a file outside — mode, owner, times and
+/// extended attributes. Nothing changes.
+#[test]
+fn metadata_of_files_outside_cannot_be_changed() {
+    require_program("python3", "python3");
+    let p = TestPlugin::new("t", &[]);
+    let out = outside(p.root.path());
+    let secret = out.join("secret");
+    // First load: the grant is recorded, so grants.toml exists.
+    write(
+        &p.dir.join("plugin.toml"),
+        "name = \"t\"\nversion = \"1\"\n[hooks]\nruntime = \"python\"\ningest = \"hook.py\"\n",
+    );
+    write(&p.dir.join("hook.py"), "");
+    p.cmd().args(["plugin", "grant", "t"]).assert().success();
+    let grants = p.home.join("grants.toml");
+    let script = format!(
+        r#"import json, os
+targets = [{grants:?}, {secret:?}]
+found = []
+for t in targets:
+    for name, act in [("chmod", lambda: os.chmod(t, 0o666)),
+                      ("chown", lambda: os.chown(t, os.getuid(), os.getgid())),
+                      ("utime", lambda: os.utime(t, (0, 0))),
+                      ("setxattr", lambda: os.setxattr(t, "user.pwned", b"1"))]:
+        try:
+            act(); found.append(name + " changed " + os.path.basename(t))
+        except OSError as e:
+            found.append(name + " " + str(e.errno))
+# What a hook owns stays its own to change.
+own = os.path.join(os.environ["TMPDIR"], "own")
+open(own, "w").close()
+try:
+    os.chmod(own, 0o700); found.append("own " + oct(os.stat(own).st_mode & 0o777))
+except OSError as e:
+    found.append("own " + str(e.errno))
+print(json.dumps({{"memories": [{{"content": c}} for c in found]}}))
+"#,
+        grants = grants.display().to_string(),
+        secret = secret.display().to_string()
+    );
+    write(&p.dir.join("hook.py"), &script);
+    let before: Vec<_> = [&grants, &secret].iter().map(|f| std::fs::metadata(f).unwrap()).collect();
+    let lines = run(&p);
+    let after: Vec<_> = [&grants, &secret].iter().map(|f| std::fs::metadata(f).unwrap()).collect();
+    for (b, a) in before.iter().zip(&after) {
+        assert_eq!((b.mode(), b.uid(), b.gid(), b.mtime()), (a.mode(), a.uid(), a.gid(), a.mtime()), "{lines:?}");
+    }
+    assert!(!lines.iter().any(|l| l.contains("changed")), "{lines:?}");
+    assert!(lines.iter().filter(|l| l.ends_with(" 1")).count() >= 6, "refused with EPERM: {lines:?}");
+    // As root the hook's own uid owns its files, and the kernel's owner
+    // check is the rule; as the daemon's user, every change by path is
+    // refused (its files are the daemon's too).
+    let own = if crate::util::nobody::is_root() { "own 0o700" } else { "own 1" };
+    assert!(lines.contains(&own.to_owned()), "{lines:?}");
+    for f in [&grants, &secret] {
+        assert!(xattr_absent(f), "an xattr was set on {}", f.display());
+    }
+}
+
+fn xattr_absent(path: &Path) -> bool {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    let mut buf = [0u8; 8];
+    // SAFETY: getxattr into a local buffer.
+    let n = unsafe { libc::getxattr(c.as_ptr(), c"user.pwned".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    n < 0
+}
+
+/// Item 4 (a). As root, a hook must never run as uid 0: it runs as its
+/// plugin's own unprivileged uid, has no capability, and cannot read a
+/// root-only file in the readable system dirs (`/etc/shadow`-like). Not
+/// root, it runs as the daemon's user.
+#[test]
+fn a_hook_never_runs_as_root() {
+    let p = probe(
+        "echo \"uid $(id -u) gid $(id -g)\"\n\
+         grep '^CapEff' /proc/self/status | tr -d '\\t'\n\
+         if cat /etc/shadow >/dev/null 2>&1; then echo read-shadow; else echo shadow-denied; fi\n\
+         echo x > ./made-by-hook && echo wrote-own-dir",
+        "",
+    );
+    let lines = run(&p);
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let uid: u32 = lines[0].split(' ').nth(1).unwrap().parse().unwrap();
+    if me == 0 {
+        assert_ne!(uid, 0, "{lines:?}");
+        assert!(uid >= 0x7000_0000, "a uid of the hook range: {lines:?}");
+    } else {
+        assert_eq!(uid, me, "{lines:?}");
+    }
+    assert_eq!(lines[1], "CapEff:0000000000000000");
+    assert_eq!(lines[2], "shadow-denied");
+    assert_eq!(lines[3], "wrote-own-dir");
+    assert_eq!(std::fs::metadata(p.dir.join("made-by-hook")).unwrap().uid(), uid, "the file is the hook's");
+}
+
+#[cfg(target_arch = "x86_64")]
+/// Item 4 (b). The kernel's attack surface: each syscall answers EPERM (or
+/// ENOSYS for clone3, so libc falls back) and the hook is not killed; a
+/// user namespace is not entered (its `/proc/self/ns/user` is unchanged).
+#[test]
+fn the_kernels_attack_surface_is_refused() {
+    require_program("python3", "python3");
+    let p = TestPlugin::new("t", &[]);
+    write(
+        &p.dir.join("plugin.toml"),
+        "name = \"t\"\nversion = \"1\"\n[hooks]\nruntime = \"python\"\ningest = \"hook.py\"\n",
+    );
+    write(&p.dir.join("hook.py"), SYSCALLS);
+    let lines = run(&p);
+    for (name, expected) in [
+        ("ptrace", "1"),
+        ("process_vm_readv", "1"),
+        ("bpf", "1"),
+        ("perf_event_open", "1"),
+        ("keyctl", "1"),
+        ("add_key", "1"),
+        ("io_uring_setup", "1"),
+        ("mount", "1"),
+        ("umount2", "1"),
+        ("pivot_root", "1"),
+        ("init_module", "1"),
+        ("kexec_load", "1"),
+        ("unshare_user", "1"),
+        ("setns", "1"),
+        ("userfaultfd", "1"),
+        ("clone3", "38"),
+    ] {
+        let line = lines.iter().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{lines:?}"));
+        assert_eq!(line, &format!("{name} {expected}"), "errno of {name}: {lines:?}");
+    }
+    assert!(lines.contains(&"userns unchanged".to_owned()), "{lines:?}");
+}
+
+#[cfg(target_arch = "x86_64")]
+const SYSCALLS: &str = r#"import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+NR = {"ptrace": 101, "process_vm_readv": 310, "bpf": 321, "perf_event_open": 298, "keyctl": 250,
+      "add_key": 248, "io_uring_setup": 425, "mount": 165, "umount2": 166, "pivot_root": 155,
+      "init_module": 175, "kexec_load": 246, "setns": 308, "userfaultfd": 323, "clone3": 435}
+found = []
+def call(name, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(NR[name]), *[ctypes.c_long(a) for a in args])
+    found.append(f"{name} {ctypes.get_errno() if r < 0 else 'succeeded'}")
+buf = ctypes.create_string_buffer(64)
+call("ptrace", 16, os.getppid() or 1, 0, 0)        # PTRACE_ATTACH
+call("process_vm_readv", 1, 0, 0, 0, 0, 0)
+call("bpf", 0, ctypes.addressof(buf), 64)
+call("perf_event_open", ctypes.addressof(buf), 0, -1, -1, 0)
+call("keyctl", 0, -3, 0)
+call("add_key", ctypes.addressof(ctypes.create_string_buffer(b"user")), ctypes.addressof(ctypes.create_string_buffer(b"k")), 0, 0, -3)
+call("io_uring_setup", 1, ctypes.addressof(ctypes.create_string_buffer(120)))
+call("mount", 0, ctypes.addressof(ctypes.create_string_buffer(b"/tmp")), ctypes.addressof(ctypes.create_string_buffer(b"tmpfs")), 0, 0)
+call("umount2", ctypes.addressof(ctypes.create_string_buffer(b"/proc")), 2)
+call("pivot_root", ctypes.addressof(ctypes.create_string_buffer(b"/")), ctypes.addressof(ctypes.create_string_buffer(b"/")))
+call("init_module", 0, 0, 0)
+call("kexec_load", 0, 0, 0, 0)
+before = os.readlink("/proc/self/ns/user")
+ctypes.set_errno(0)
+r = libc.unshare(0x10000000)
+found.append(f"unshare_user {ctypes.get_errno() if r < 0 else 'succeeded'}")
+found.append("userns " + ("unchanged" if os.readlink("/proc/self/ns/user") == before else "changed"))
+fd = os.open("/proc/self/ns/net", os.O_RDONLY)
+call("setns", fd, 0)
+call("userfaultfd", 0)
+call("clone3", ctypes.addressof(ctypes.create_string_buffer(88)), 88)
+print(json.dumps({"memories": [{"content": c} for c in found]}))
+"#;
+
+/// Item 10. A hook starts a daemon that leaves its process group and
+/// session (`setsid`, double fork) and writes a heartbeat; the call ends.
+/// The daemon must be dead: no process with its marker runs, and the
+/// heartbeat file stops growing.
+#[test]
+fn a_daemon_escaping_the_call_dies_with_it() {
+    let p = probe(
+        "beat=\"$PWD/beat\"\n\
+         setsid bash -c \"(while :; do echo . >> '$beat'; sleep 0.05; done) & exec sleep 61.7319\" </dev/null >/dev/null 2>&1 &\n\
+         sleep 0.3; echo started",
+        "",
+    );
+    assert_eq!(run(&p), ["started"]);
+    let beat = p.dir.join("beat");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let size = std::fs::metadata(&beat).map(|m| m.len()).unwrap_or(0);
+    assert!(size > 0, "the daemon ran during the call");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(std::fs::metadata(&beat).map(|m| m.len()).unwrap_or(0), size, "the escaped daemon still writes");
+    let left = std::process::Command::new("pgrep").args(["-f", "61.7319"]).output().unwrap();
+    assert!(left.stdout.is_empty(), "left running: {}", String::from_utf8_lossy(&left.stdout));
+}
+
+/// Item 11. The daemon runs with a token on its command line (and another
+/// process of the test holds a secret in its argv); a hook reads every
+/// `/proc/<pid>/cmdline` it can find. It sees only its own processes: no
+/// token, no secret, and it is pid 1 of its own namespace.
+#[test]
+fn other_processes_are_invisible_in_proc() {
+    let p = TestPlugin::new("t", &[]);
+    let hook = probe_script(
+        "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -o 'tok-[a-z0-9]*\\|argv-secret-[0-9]*' | sort -u\n\
+         echo \"self $$ procs $(ls -d /proc/[0-9]* | wc -l)\"",
+    );
+    write(
+        &p.dir.join("plugin.toml"),
+        "name = \"t\"\nversion = \"1\"\n[hooks]\nruntime = \"bash\"\ningest = \"hooks/ingest.sh\"\n",
+    );
+    write(&p.dir.join("hooks/ingest.sh"), &hook);
+    write(&p.home.join("config.toml"), "[context_engine]\nplugin = \"t\"\n");
+    let mut bystander = std::process::Command::new("sh").args(["-c", "sleep 30", "argv-secret-4711"]).spawn().unwrap();
+    let daemon = Daemon::start(
+        &p.home,
+        &["--plugins-dir", p.dir.parent().unwrap().to_str().unwrap(), "--token", "tok-s3cretvalue"],
+        &[],
+    );
+    let r = daemon.post_with(
+        "/api/agents/a/ingest",
+        &json!({"message": "hi"}).to_string(),
+        &[("authorization", "Bearer tok-s3cretvalue")],
+    );
+    let _ = bystander.kill();
+    let _ = bystander.wait();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let lines = contents(&r.json());
+    assert!(!lines.iter().any(|l| l.contains("tok-") || l.contains("argv-secret")), "{lines:?}");
+    let procs = lines.iter().find_map(|l| l.strip_prefix("self ")).unwrap_or_else(|| panic!("{lines:?}"));
+    let (pid, count) = procs.split_once(" procs ").unwrap();
+    assert_eq!(pid, "1", "the hook is pid 1 of its namespace: {lines:?}");
+    assert!(count.trim().parse::<u32>().unwrap() <= 8, "only its own processes: {lines:?}");
+}
+
+/// Item 11 (the other half): the token can come from a file, and then it is
+/// on no command line at all.
+#[test]
+fn the_token_can_come_from_a_file_off_the_command_line() {
+    let p = TestPlugin::new("t", &[]);
+    let file = p.root.path().join("token");
+    write(&file, "tok-fromfile42\n");
+    let daemon = Daemon::start(&p.home, &["--token-file", file.to_str().unwrap()], &[]);
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", daemon.pid())).unwrap();
+    assert!(!String::from_utf8_lossy(&cmdline).contains("tok-fromfile42"));
+    let denied = daemon.post("/api/agents/a/ingest", "{\"message\":\"x\"}");
+    assert_eq!(denied.status, 401);
+    let allowed =
+        daemon.post_with("/api/agents/a/ingest", "{\"message\":\"x\"}", &[("authorization", "Bearer tok-fromfile42")]);
+    assert_eq!(allowed.status, 200, "{}", allowed.body);
+}
+
+/// Item 12. ctxhost inherits an fd without close-on-exec (fd 7, open for
+/// writing on a file outside); a hook writes to fd 7 and through
+/// `/proc/self/fd/7`. The file stays unchanged, and the hook holds no fd
+/// above 2 but the ones it opened itself.
+#[test]
+fn descriptors_inherited_by_the_daemon_do_not_reach_hooks() {
+    use std::os::unix::process::CommandExt;
+    let p = probe(
+        "if echo pwned >&7; then echo wrote-fd7; else echo no-fd7; fi\n\
+         if echo pwned > /proc/self/fd/7; then echo wrote-proc-fd7; else echo no-proc-fd7; fi",
+        "",
+    );
+    let out = outside(p.root.path());
+    let target = out.join("target");
+    write(&target, "clean\n");
+    let file = std::fs::OpenOptions::new().write(true).open(&target).unwrap();
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&file);
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("ctxhost"));
+    cmd.arg("--home")
+        .arg(&p.home)
+        .arg("--plugins-dir")
+        .arg(p.dir.parent().unwrap())
+        .args(["hook", p.dir.to_str().unwrap(), "ingest"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    // SAFETY: dup2 in the child before exec: fd 7 without close-on-exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(raw, 7) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    drop(child.stdin.take());
+    let output = child.wait_with_output().unwrap();
+    let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(contents(&reply), ["no-fd7", "no-proc-fd7"]);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "clean\n");
+}
+
+/// This whole module again as uid 65534 (when the tests run as root).
+#[test]
+fn the_attacks_fail_for_an_unprivileged_daemon_too() {
+    if !crate::util::nobody::is_root() {
+        eprintln!("not root: these attacks already ran unprivileged");
+        return;
+    }
+    crate::util::nobody::rerun_as_nobody(
+        "attacks::sandbox::",
+        &["attacks::sandbox::the_attacks_fail_for_an_unprivileged_daemon_too"],
+        &["tests/fixtures"],
+        7,
+    );
+}

@@ -10,6 +10,7 @@ use tempfile::TempDir;
 
 pub mod examples;
 pub mod http;
+pub mod nobody;
 pub mod site;
 
 pub use examples::repo_root;
@@ -48,7 +49,9 @@ impl TestPlugin {
 
     pub fn cmd(&self) -> assert_cmd::Command {
         let mut cmd = ctxhost();
-        cmd.arg("--home").arg(&self.home);
+        // The plugin's parent is the plugins dir: the plugin is installed,
+        // its directory its own (as root, given to its hook uid).
+        cmd.arg("--home").arg(&self.home).arg("--plugins-dir").arg(self.dir.parent().unwrap());
         cmd
     }
 }

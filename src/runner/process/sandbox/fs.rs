@@ -120,7 +120,8 @@ impl FsPolicy {
         let home = i.user_home.map(|h| std::fs::canonicalize(h).unwrap_or_else(|_| h.to_owned()));
         let mut warnings = Vec::new();
         let mut policy = FsPolicy { plugin: i.plugin.to_owned(), ..FsPolicy::default() };
-        let resolve = |p: &Path| if p.is_relative() { i.plugin_dir.join(p) } else { p.to_owned() };
+        let plugin_dir = std::fs::canonicalize(i.plugin_dir).unwrap_or_else(|_| i.plugin_dir.to_owned());
+        let resolve = |p: &Path| if p.is_relative() { plugin_dir.join(p) } else { p.to_owned() };
 
         let _ = std::fs::create_dir_all(i.data_dir);
         // Dirs that are the plugin's own, given to its uid as root.
@@ -187,6 +188,20 @@ impl FsPolicy {
                          its parents, which would open all of it (~/.ssh, ~/.aws, …). Name a directory inside it",
                         i.plugin,
                         path.display()
+                    ));
+                    continue;
+                }
+                // A granted path means the directory itself: one that is (or
+                // passes through) a symlink is refused, not followed — the
+                // plugin could have swapped it in (`state` -> `/`).
+                let written: PathBuf = path.components().collect();
+                if named && written != canonical {
+                    warnings.push(format!(
+                        "plugin '{}': the {what} path `{}` is refused: it is or passes through a symlink (it \
+                         leads to `{}`); grant the directory itself",
+                        i.plugin,
+                        path.display(),
+                        canonical.display()
                     ));
                     continue;
                 }

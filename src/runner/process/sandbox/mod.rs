@@ -143,7 +143,10 @@ impl Confinement {
             missing.push("network namespace");
         }
         missing.extend(
-            features.missing().into_iter().filter(|m| m.starts_with("cgroup") || *m == "seccomp" || *m == "pid namespace"),
+            features
+                .missing()
+                .into_iter()
+                .filter(|m| m.starts_with("cgroup") || *m == "seccomp" || *m == "pid namespace"),
         );
         if i.require && !missing.is_empty() {
             return Err(SandboxError::Incomplete {
@@ -186,7 +189,11 @@ impl Confinement {
             confined,
             hook_id,
             view,
-            seccomp_mode: if i.installer { seccomp::Mode::Installer } else { seccomp::Mode::Hook },
+            seccomp_mode: if i.installer || hook_id.is_some() {
+                seccomp::Mode::OwnerChecked
+            } else {
+                seccomp::Mode::Strict
+            },
             isolate_net: !s.allow_network && features.netns,
             memory_bytes: s.max_memory_mb.filter(|&mb| mb > 0).map(|mb| mb.saturating_mul(1024 * 1024)),
             max_processes: (i.max_processes > 0).then_some(i.max_processes),

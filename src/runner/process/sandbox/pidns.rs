@@ -86,8 +86,13 @@ unsafe fn keep(hook: libc::pid_t) -> ! {
 pub unsafe fn mount_proc() -> io::Result<()> {
     // SAFETY: mount(2) with valid NUL-terminated strings.
     unsafe {
-        if libc::mount(std::ptr::null(), c"/".as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_PRIVATE, std::ptr::null())
-            != 0
+        if libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ) != 0
         {
             return Err(io::Error::last_os_error());
         }

@@ -20,8 +20,9 @@
 //!
 //! The programs are compiled once per process ([`programs`]); the child only
 //! installs them ([`Programs::install`]: two `seccomp(2)` calls, no
-//! allocation). The installer mode (`Programs::installer`) keeps the
-//! metadata calls: pip sets modes on the files it unpacks into a venv.
+//! allocation). [`Mode::OwnerChecked`] leaves metadata calls to the
+//! kernel's owner check: for a hook running as its plugin's own uid (as
+//! root), which owns nothing but its plugin's files, and for pip.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -43,10 +44,14 @@ pub struct Programs {
 /// Which rule set a process gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// A hook: everything refused.
-    Hook,
-    /// A dependency installer (pip): metadata changes allowed.
-    Installer,
+    /// Everything refused: a hook running as the daemon's own user, whose
+    /// files it could otherwise chmod by path.
+    Strict,
+    /// The attack surface only; metadata changes are left to the kernel's
+    /// owner check. For a hook running as its plugin's own uid (it owns
+    /// exactly its plugin's files), and for a dependency installer (pip sets
+    /// modes on what it unpacks into the venv, its only writable place).
+    OwnerChecked,
 }
 
 /// The filters of this process, compiled on first use; `None` on an
@@ -155,7 +160,8 @@ impl Programs {
 
         let eperm = SeccompAction::Errno(libc::EPERM as u32);
         let build = |rules| -> Result<BpfProgram, String> {
-            let filter = SeccompFilter::new(rules, SeccompAction::Allow, eperm.clone(), arch).map_err(|e| format!("{e}"))?;
+            let filter =
+                SeccompFilter::new(rules, SeccompAction::Allow, eperm.clone(), arch).map_err(|e| format!("{e}"))?;
             BpfProgram::try_from(filter).map_err(|e| format!("{e}"))
         };
         let clone3 = SeccompFilter::new(
@@ -179,20 +185,15 @@ impl Programs {
     /// Between fork and exec: raw syscalls on prepared buffers only.
     pub unsafe fn install(&self, mode: Mode) -> io::Result<()> {
         let main = match mode {
-            Mode::Hook => &self.hook,
-            Mode::Installer => &self.installer,
+            Mode::Strict => &self.hook,
+            Mode::OwnerChecked => &self.installer,
         };
         for program in [&self.clone3, main] {
             let Ok(len) = u16::try_from(program.len()) else { return Err(io::Error::from_raw_os_error(libc::E2BIG)) };
             let fprog = libc::sock_fprog { len, filter: program.as_ptr().cast::<libc::sock_filter>().cast_mut() };
             // SAFETY: a valid program that outlives the call (it is copied by the kernel).
             let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_seccomp,
-                    libc::SECCOMP_SET_MODE_FILTER,
-                    0,
-                    &fprog as *const libc::sock_fprog,
-                )
+                libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0, &fprog as *const libc::sock_fprog)
             };
             if rc != 0 {
                 return Err(io::Error::last_os_error());

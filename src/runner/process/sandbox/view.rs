@@ -140,7 +140,10 @@ impl View {
                     libc::SYS_open_tree,
                     keep.fd,
                     c"".as_ptr(),
-                    libc::AT_EMPTY_PATH as libc::c_uint | OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint,
+                    libc::AT_EMPTY_PATH as libc::c_uint
+                        | OPEN_TREE_CLONE
+                        | AT_RECURSIVE
+                        | libc::O_CLOEXEC as libc::c_uint,
                 )
             };
             if fd < 0 {
