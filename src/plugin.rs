@@ -182,17 +182,8 @@ fn confinement(
         path_vars,
         max_processes: cx.config.sandbox.max_processes,
         require: cx.config.sandbox.require,
-        owns_plugin_dir: manifest.dir.parent().is_some_and(|p| same_dir(p, cx.home.plugins_dir())),
         installer: false,
     })?)
-}
-
-/// Whether two paths name the same directory.
-fn same_dir(a: &Path, b: &Path) -> bool {
-    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => a == b,
-    }
 }
 
 fn env_plan(

@@ -49,9 +49,7 @@ impl TestPlugin {
 
     pub fn cmd(&self) -> assert_cmd::Command {
         let mut cmd = ctxhost();
-        // The plugin's parent is the plugins dir: the plugin is installed,
-        // its directory its own (as root, given to its hook uid).
-        cmd.arg("--home").arg(&self.home).arg("--plugins-dir").arg(self.dir.parent().unwrap());
+        cmd.arg("--home").arg(&self.home);
         cmd
     }
 }

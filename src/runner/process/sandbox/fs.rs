@@ -54,11 +54,9 @@ pub struct FsInputs<'a> {
     pub path_vars: Vec<PathBuf>,
     pub readable_paths: &'a [PathBuf],
     pub writable_paths: &'a [PathBuf],
-    /// As root: the uid/gid hooks run as; the plugin's writable dirs are given to it.
+    /// As root: the uid/gid hooks run as; the plugin's own dirs (its
+    /// directory, data dir, LibreFang store) are given to it.
     pub hook_id: Option<u32>,
-    /// The plugin dir is the plugin's own (installed in the plugins dir), so
-    /// it may be given to the hook's uid.
-    pub owns_plugin_dir: bool,
 }
 
 /// One allowed root, pinned at load: the rule of every later process is
@@ -125,10 +123,7 @@ impl FsPolicy {
 
         let _ = std::fs::create_dir_all(i.data_dir);
         // Dirs that are the plugin's own, given to its uid as root.
-        let mut own: Vec<PathBuf> = vec![i.data_dir.to_owned()];
-        if i.owns_plugin_dir {
-            own.push(i.plugin_dir.to_owned());
-        }
+        let mut own: Vec<PathBuf> = vec![i.data_dir.to_owned(), i.plugin_dir.to_owned()];
         let mut write: Vec<(PathBuf, bool)> = vec![(i.plugin_dir.to_owned(), false), (i.data_dir.to_owned(), false)];
         if let Some(home) = i.user_home {
             let store = home.join(".librefang/plugins").join(i.plugin);
@@ -331,7 +326,6 @@ mod tests {
             readable_paths: &readable,
             writable_paths: &[PathBuf::from("/")],
             hook_id: None,
-            owns_plugin_dir: false,
         });
         assert_eq!(warnings.len(), 3, "{warnings:?}");
         let canon = |p: &Path| std::fs::canonicalize(p).unwrap();

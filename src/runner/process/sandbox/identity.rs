@@ -8,8 +8,9 @@
 //! The directories a hook writes must then belong to its uid: the host
 //! gives them ([`give_tree`]) — never following a symlink, walking with
 //! `openat(O_NOFOLLOW)` so a hook swapping a directory for a link mid-walk
-//! cannot point the chown elsewhere. This module changes ownership only of
-//! directories the caller names as the plugin's own.
+//! cannot point the chown elsewhere, and leaving alone files with more than
+//! one name (a hard link to a file outside). This module changes ownership
+//! only of directories the caller names as the plugin's own.
 
 use std::ffi::CString;
 use std::io;
@@ -150,6 +151,15 @@ fn give_children(dir: &OwnedFd, dev: u64, uid: u32, gid: u32, depth: usize) -> i
                 }
                 continue;
             }
+        }
+        // A file with other names elsewhere is not given away: a hook that
+        // once ran as root could have hard-linked `/etc/shadow` in here.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstatat into a local, relative to our fd, never following a link.
+        if unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } != 0
+            || ((st.st_mode & libc::S_IFMT) != libc::S_IFDIR && st.st_nlink > 1)
+        {
+            continue;
         }
         // SAFETY: fchownat relative to our fd, never following a link.
         unsafe { libc::fchownat(dir.as_raw_fd(), name.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) };

@@ -113,9 +113,6 @@ pub struct Inputs<'a> {
     pub max_processes: u64,
     /// `[sandbox] require`.
     pub require: bool,
-    /// The plugin dir is the plugin's own (in the plugins dir): as root it
-    /// is given to the hook's uid, like the data dir.
-    pub owns_plugin_dir: bool,
     /// A dependency installer rather than a hook (pip): metadata changes
     /// allowed in what it may write.
     pub installer: bool,
@@ -170,7 +167,6 @@ impl Confinement {
                 readable_paths: &s.readable_paths,
                 writable_paths: &s.writable_paths,
                 hook_id,
-                owns_plugin_dir: i.owns_plugin_dir,
             });
             warnings.extend(w);
             policy
