@@ -63,6 +63,10 @@ pub enum EngineError {
     Summary(String),
     #[error("background task failed: {0}")]
     Task(String),
+    /// after_turn's write to the built-in memory failed: the turn is lost
+    /// unless the caller sends it again.
+    #[error("the turn was not stored in the built-in memory: {0}")]
+    NotStored(#[source] Box<EngineError>),
     /// A plugin failed and its `on_hook_failure` is `abort`.
     #[error("plugin '{}' failed in `{}` (abort policy): {}", .0.plugin, .0.hook, .0.message)]
     Plugin(layer::LayerFailure),

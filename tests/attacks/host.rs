@@ -242,3 +242,96 @@ fn a_workers_late_line_never_becomes_the_next_callers_reply() {
     assert!(m.worker_respawns >= rounds, "the stray output was not counted as a fault: {m:?}");
     rt.block_on(ctxhost::runner::Runner::shutdown(runner.as_ref()));
 }
+
+// ---------------------------------------------------------------- item 9
+
+/// Makes every write to the built-in memory of `home` fail as a full disk
+/// would (a trigger aborting inserts), or removes that fault.
+fn memory_fault(home: &Home, on: bool) {
+    let db = rusqlite::Connection::open(home.path().join("memory.db")).unwrap();
+    db.busy_timeout(Duration::from_secs(5)).unwrap();
+    let sql = if on {
+        "CREATE TRIGGER disk_full BEFORE INSERT ON memories BEGIN SELECT RAISE(ABORT, 'disk full'); END;"
+    } else {
+        "DROP TRIGGER disk_full;"
+    };
+    db.execute_batch(sql).unwrap();
+}
+
+/// How many memories hold `content`.
+fn stored(home: &Home, content: &str) -> i64 {
+    let db = rusqlite::Connection::open(home.path().join("memory.db")).unwrap();
+    db.query_row("SELECT count(*) FROM memories WHERE content = ?1", [content], |r| r.get(0)).unwrap()
+}
+
+fn metric(d: &Daemon, name: &str) -> u64 {
+    let text = d.get("/metrics").body;
+    let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("no {name}:\n{text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// Attack (on the caller's data): memory.db stops accepting writes (a full
+/// disk, a read-only home, a corrupt index) while turns keep coming. Must
+/// hold: a turn that was not stored is never answered `{"type":"ok"}` — the
+/// agent API answers 5xx naming the reason, the sidecar an error reply,
+/// `ctxhost run` fails —, each failure is counted in
+/// `ctxhost_memory_write_failures_total`, and once the fault is gone turns
+/// are stored again.
+#[test]
+fn an_after_turn_the_memory_did_not_store_is_an_error_the_caller_sees() {
+    let home = Home::new();
+    let d = home.serve(&[], &[("CTXHOST_TOKEN", TOKEN)]);
+    let turn = |text: &str| json!({"messages": [{"role": "user", "content": text}, {"role": "assistant", "content": "ok"}]});
+    let r = post(&d, "/api/agents/a1/after_turn", &turn("stored before the fault"));
+    assert_eq!((r.status, r.json()), (200, json!({"type": "ok"})));
+    assert_eq!(stored(&home, "stored before the fault"), 1);
+
+    memory_fault(&home, true);
+    for i in 0..3 {
+        let text = format!("lost turn {i}");
+        let r = post(&d, "/api/agents/a1/after_turn", &turn(&text));
+        assert!(r.status >= 500, "a turn that was not stored was answered {} {}", r.status, r.body);
+        assert!(r.body.contains("disk full") && r.body.contains("not stored"), "{}", r.body);
+        assert!(!r.body.contains("\"ok\""), "{}", r.body);
+        assert_eq!(stored(&home, &text), 0);
+    }
+    assert_eq!(metric(&d, "ctxhost_memory_write_failures_total"), 3);
+
+    memory_fault(&home, false);
+    let r = post(&d, "/api/agents/a1/after_turn", &turn("stored after the fault"));
+    assert_eq!((r.status, r.json()), (200, json!({"type": "ok"})));
+    assert_eq!(stored(&home, "stored after the fault"), 1);
+    assert_eq!(metric(&d, "ctxhost_memory_write_failures_total"), 3);
+    drop(d);
+
+    // The sidecar: an error reply under the request's id, never `ok`.
+    memory_fault(&home, true);
+    let agent = "6f9619ff-8b86-4011-b42d-00c04fc964ff";
+    let line = json!({"id": 7, "method": "after_turn", "params": {"agent_id": agent, "messages": [
+        {"content": "lost in the sidecar", "pinned": false, "role": "user"},
+        {"content": "ok", "pinned": false, "role": "assistant"}
+    ]}});
+    let out = ctxhost()
+        .arg("--home")
+        .arg(home.path())
+        .arg("sidecar")
+        .write_stdin(format!("{line}\n"))
+        .timeout(Duration::from_secs(30))
+        .output()
+        .unwrap();
+    let reply: Value = serde_json::from_slice(out.stdout.split(|&b| b == b'\n').next().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(reply["id"], 7, "{reply}");
+    assert!(reply.get("ok").is_none(), "{reply}");
+    assert!(reply["error"].as_str().is_some_and(|e| e.contains("disk full")), "{reply}");
+    assert_eq!(stored(&home, "lost in the sidecar"), 0);
+
+    // `ctxhost run`: the turn fails, the command fails, naming the reason.
+    let transcript = home.path().join("chat.jsonl");
+    write(&transcript, "{\"user\":\"lost in run\",\"assistant\":\"ok\"}\n");
+    let out = home.run(&["run", "--transcript", transcript.to_str().unwrap()]);
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("disk full") && stderr.contains("not stored"), "{stderr}");
+    assert_eq!(stored(&home, "lost in run"), 0);
+}
