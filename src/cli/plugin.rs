@@ -163,11 +163,20 @@ fn load_config(home: &Home) -> Result<HostConfig, Box<dyn std::error::Error>> {
 fn list(args: ListArgs, home: &Home, out: &mut impl Write) -> Outcome {
     let config = load_config(home)?;
     let plugins = registry::survey(home, &config);
+    let state_error = state::disabled(home).err().map(|e| format!("{e}; every plugin counts as disabled until it is fixed"));
+    if let Some(e) = &state_error
+        && args.json
+    {
+        show_warnings(std::slice::from_ref(e));
+    }
     if args.json {
         let infos: Vec<&PluginInfo> = plugins.iter().map(|(info, _)| info).collect();
         serde_json::to_writer(&mut *out, &infos)?;
         writeln!(out)?;
         return Ok(());
+    }
+    if let Some(e) = &state_error {
+        writeln!(out, "error: {e}")?;
     }
     if plugins.is_empty() {
         writeln!(out, "no plugins in `{}`", home.plugins_dir().display())?;

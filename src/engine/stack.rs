@@ -508,9 +508,11 @@ async fn futures_join_all<F: std::future::Future>(futures: impl IntoIterator<Ite
 /// the stack works. Returns the engine and the warnings.
 ///
 /// # Errors
-/// Only when the memory database cannot be opened.
+/// The memory database cannot be opened, or `plugins-state.toml` cannot be
+/// read (a disabled plugin must never run because its record is broken).
 pub fn load_stack(cx: &crate::plugin::LoadContext<'_>) -> Result<(StackEngine, Vec<String>), EngineError> {
     use super::default::DefaultSettings;
+    crate::registry::state::disabled(cx.home).map_err(EngineError::StateFile)?;
     let engine_config = &cx.config.context_engine;
     let db = cx.config.memory.path.clone().unwrap_or_else(|| cx.home.root().join("memory.db"));
     let default = DefaultEngine::open(

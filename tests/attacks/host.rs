@@ -335,3 +335,129 @@ fn an_after_turn_the_memory_did_not_store_is_an_error_the_caller_sees() {
     assert!(stderr.contains("disk full") && stderr.contains("not stored"), "{stderr}");
     assert_eq!(stored(&home, "lost in run"), 0);
 }
+
+// ---------------------------------------------------------------- item 13
+
+/// A bash plugin whose bootstrap and ingest leave a marker file `ran` in
+/// its own directory (the proof its code ran).
+fn marker_plugin(home: &Home, name: &str) {
+    write(
+        &home.plugin_dir(name).join("plugin.toml"),
+        &format!(
+            "name = \"{name}\"\nversion = \"1.0.0\"\n[hooks]\nruntime = \"bash\"\nbootstrap = \"hooks/mark.sh\"\n\
+             ingest = \"hooks/mark.sh\"\n"
+        ),
+    );
+    write(
+        &home.plugin_dir(name).join("hooks/mark.sh"),
+        "cat > /dev/null\necho ran >> \"$(dirname \"$0\")/../ran\"\necho '{\"memories\":[]}'\n",
+    );
+}
+
+/// `ctxhost <args>` on `home`, bounded: a start that does not refuse is
+/// stopped after `secs` (and counts as a success).
+fn bounded(home: &Home, args: &[&str], stdin: &str, secs: u64) -> std::process::Output {
+    let mut cmd = ctxhost();
+    cmd.arg("--home").arg(home.path()).args(args).write_stdin(stdin).timeout(Duration::from_secs(secs));
+    cmd.output().unwrap()
+}
+
+/// Attack: garbage in `plugins-state.toml` (a partial write, a hostile
+/// edit) should turn a plugin the operator disabled back on. Must hold:
+/// `serve`, `run` and `sidecar` refuse to start naming the file and the
+/// parse error; the disabled plugin's code never runs (its marker never
+/// appears, while the enabled control plugin's does once the file is fixed);
+/// `plugin list` shows the error and the plugin as not enabled.
+#[test]
+fn a_garbage_state_file_never_re_enables_a_disabled_plugin() {
+    let home = Home::new();
+    marker_plugin(&home, "off");
+    marker_plugin(&home, "on");
+    home.config("[context_engine]\nplugin_stack = [\"off\", \"on\"]\n");
+    assert!(home.run(&["plugin", "disable", "off"]).status.success());
+    let state = home.path().join("plugins-state.toml");
+    let good = std::fs::read_to_string(&state).unwrap();
+    assert!(good.contains("off"), "{good}");
+    std::fs::write(&state, format!("{good}\ndisabled = [\"off\"\n")).unwrap();
+
+    let transcript = home.path().join("chat.jsonl");
+    write(&transcript, "{\"user\":\"hello\",\"assistant\":\"hi\"}\n");
+    let sidecar_line = json!({"id": 1, "method": "bootstrap", "params": {}}).to_string() + "\n";
+    for (args, stdin) in [
+        (vec!["serve", "--addr", "127.0.0.1:0"], ""),
+        (vec!["run", "--transcript", transcript.to_str().unwrap()], ""),
+        (vec!["sidecar"], sidecar_line.as_str()),
+    ] {
+        let out = bounded(&home, &args, stdin, 10);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "`{}` started with a garbage state file:\n{stderr}", args[0]);
+        assert!(
+            stderr.contains(&state.display().to_string()) && stderr.contains("failed to parse"),
+            "`{}` does not name the file and the error:\n{stderr}",
+            args[0]
+        );
+    }
+    assert!(!home.plugin_dir("off").join("ran").exists(), "the disabled plugin ran");
+    assert!(!home.plugin_dir("on").join("ran").exists());
+
+    let list = home.run(&["plugin", "list"]);
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(text.contains("error: failed to parse") && text.contains("plugins-state.toml"), "{text}");
+    let json = home.run(&["plugin", "list", "--json"]);
+    let infos: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(infos.as_array().unwrap().iter().all(|p| p["enabled"] == false), "{infos}");
+
+    // Fixed: the enabled plugin runs, the disabled one still does not.
+    std::fs::write(&state, good).unwrap();
+    let d = home.serve(&[], &[]);
+    let r = d.post("/api/agents/a1/ingest", &json!({"message": "hi"}).to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    drop(d);
+    assert!(home.plugin_dir("on").join("ran").exists(), "the control plugin never ran: the marker proves nothing");
+    assert!(!home.plugin_dir("off").join("ran").exists(), "the disabled plugin ran");
+}
+
+/// A bash agent-loop guard: `tool_call_pre` blocks every call.
+fn guard_plugin(home: &Home) {
+    write(
+        &home.plugin_dir("guard").join("plugin.toml"),
+        "name = \"guard\"\nversion = \"1.0.0\"\n[hooks]\nruntime = \"bash\"\ntool_call_pre = \"hooks/pre.sh\"\n",
+    );
+    write(
+        &home.plugin_dir("guard").join("hooks/pre.sh"),
+        "cat > /dev/null\necho '{\"action\":\"block\",\"reason\":\"guarded\"}'\n",
+    );
+}
+
+/// Attack: corrupt the per-plugin state of an agent-loop guard
+/// (`<home>/agent/plugins/guard/agent_storage.json`) so that it is dropped
+/// from the loop at the next start and stops guarding. Must hold: `serve`
+/// refuses to start, naming the file; only when the operator marked the
+/// plugin optional does it start without it — and then lists the plugin
+/// with its error in `/api/agent/plugins`.
+#[test]
+fn a_guard_whose_state_is_corrupt_stops_the_start_unless_optional() {
+    let home = Home::new();
+    guard_plugin(&home);
+    // It guards while its state is sound.
+    let d = home.serve(&[], &[]);
+    let r = d.post("/api/agent-hooks/tool_call_pre", r#"{"name":"x","args":{"command":"rm -rf /"}}"#);
+    assert!(r.body.contains("guarded"), "{} {}", r.status, r.body);
+    drop(d);
+
+    let file = home.path().join("agent/plugins/guard/agent_storage.json");
+    write(&file, "{\"global\": {\"k\": ");
+    let out = bounded(&home, &["serve", "--addr", "127.0.0.1:0"], "", 10);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "serve started without its guard:\n{stderr}");
+    assert!(stderr.contains(&file.display().to_string()) && stderr.contains("guard"), "{stderr}");
+    assert!(stderr.contains("optional"), "the error does not say how to start without it:\n{stderr}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "{\"global\": {\"k\": ", "the corrupt file was replaced");
+
+    home.config("[plugins]\noptional = [\"guard\"]\n");
+    let d = home.serve(&[], &[]);
+    let list = d.get("/api/agent/plugins").json();
+    let entry = list.as_array().unwrap().iter().find(|p| p["name"] == "guard").cloned();
+    let entry = entry.unwrap_or_else(|| panic!("guard not listed: {list}"));
+    assert!(entry["error"].as_str().is_some_and(|e| e.contains("agent_storage.json")), "{entry}");
+}
