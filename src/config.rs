@@ -156,8 +156,16 @@ pub struct ConfigError {
     pub reason: String,
 }
 
-const KNOWN_KEYS: &[&str] =
-    &["allowed_env_vars", "plugin_config", "max_concurrent_hooks", "context_engine", "memory", "server", "sandbox", "plugins"];
+const KNOWN_KEYS: &[&str] = &[
+    "allowed_env_vars",
+    "plugin_config",
+    "max_concurrent_hooks",
+    "context_engine",
+    "memory",
+    "server",
+    "sandbox",
+    "plugins",
+];
 
 impl HostConfig {
     /// Reads `file`; a missing file yields the defaults. Returns the config

@@ -51,9 +51,11 @@ enum PluginCommand {
     /// operator allowed it: `allowed_env_vars` in config.toml (every plugin)
     /// or `--env VAR` here (this plugin); otherwise it is empty. Variables
     /// granted earlier are kept; `--revoke-env VAR` takes one back.
-    #[command(after_help = "Examples:\n  ctxhost plugin grant memory\n  ctxhost plugin grant rss-watcher --network\n  \
+    #[command(
+        after_help = "Examples:\n  ctxhost plugin grant memory\n  ctxhost plugin grant rss-watcher --network\n  \
                             ctxhost plugin grant search --env SEARCH_API_KEY --env SEARCH_REGION\n  \
-                            ctxhost plugin grant search --revoke-env SEARCH_REGION")]
+                            ctxhost plugin grant search --revoke-env SEARCH_REGION"
+    )]
     Grant(GrantArgs),
 }
 
@@ -163,7 +165,8 @@ fn load_config(home: &Home) -> Result<HostConfig, Box<dyn std::error::Error>> {
 fn list(args: ListArgs, home: &Home, out: &mut impl Write) -> Outcome {
     let config = load_config(home)?;
     let plugins = registry::survey(home, &config);
-    let state_error = state::disabled(home).err().map(|e| format!("{e}; every plugin counts as disabled until it is fixed"));
+    let state_error =
+        state::disabled(home).err().map(|e| format!("{e}; every plugin counts as disabled until it is fixed"));
     if let Some(e) = &state_error
         && args.json
     {

@@ -187,7 +187,8 @@ fn record_first(path: &Path, name: &str, grant: &Grant) -> Result<Grant, StoreEr
 /// files. Failing closed: an unreadable `grants.toml` allows nothing beyond
 /// `allowed_env_vars`.
 pub fn env_allowed(home: &Home, allowed_env_vars: &[String], name: &str, var: &str) -> bool {
-    allowed_env_vars.iter().any(|v| v == var) || get(home, name).ok().flatten().is_some_and(|g| g.env.iter().any(|v| v == var))
+    allowed_env_vars.iter().any(|v| v == var)
+        || get(home, name).ok().flatten().is_some_and(|g| g.env.iter().any(|v| v == var))
 }
 
 /// Makes `settings` (just read from plugin `name`'s manifest) effective: the

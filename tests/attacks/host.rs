@@ -61,7 +61,12 @@ fn post(d: &Daemon, path: &str, body: &Value) -> crate::util::http::Response {
 fn plugin_memories(reply: &Value) -> Vec<String> {
     let none = Vec::new();
     let memories = reply["memories"].as_array().unwrap_or(&none);
-    memories.iter().filter(|m| m["source"] != "default").filter_map(|m| m["content"].as_str()).map(str::to_owned).collect()
+    memories
+        .iter()
+        .filter(|m| m["source"] != "default")
+        .filter_map(|m| m["content"].as_str())
+        .map(str::to_owned)
+        .collect()
 }
 
 // ---------------------------------------------------------------- item 5
@@ -266,7 +271,8 @@ fn stored(home: &Home, content: &str) -> i64 {
 
 fn metric(d: &Daemon, name: &str) -> u64 {
     let text = d.get("/metrics").body;
-    let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("no {name}:\n{text}"));
+    let line =
+        text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("no {name}:\n{text}"));
     line.rsplit(' ').next().unwrap().parse().unwrap()
 }
 
@@ -281,7 +287,8 @@ fn metric(d: &Daemon, name: &str) -> u64 {
 fn an_after_turn_the_memory_did_not_store_is_an_error_the_caller_sees() {
     let home = Home::new();
     let d = home.serve(&[], &[("CTXHOST_TOKEN", TOKEN)]);
-    let turn = |text: &str| json!({"messages": [{"role": "user", "content": text}, {"role": "assistant", "content": "ok"}]});
+    let turn =
+        |text: &str| json!({"messages": [{"role": "user", "content": text}, {"role": "assistant", "content": "ok"}]});
     let r = post(&d, "/api/agents/a1/after_turn", &turn("stored before the fault"));
     assert_eq!((r.status, r.json()), (200, json!({"type": "ok"})));
     assert_eq!(stored(&home, "stored before the fault"), 1);
@@ -460,4 +467,71 @@ fn a_guard_whose_state_is_corrupt_stops_the_start_unless_optional() {
     let entry = list.as_array().unwrap().iter().find(|p| p["name"] == "guard").cloned();
     let entry = entry.unwrap_or_else(|| panic!("guard not listed: {list}"));
     assert!(entry["error"].as_str().is_some_and(|e| e.contains("agent_storage.json")), "{entry}");
+}
+
+// ---------------------------------------------------------------- item 15
+
+/// The entries of `dir` whose names start with `prefix`.
+fn named(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Attack (on the disk): SIGKILL the daemon while its persistent workers
+/// run, again and again, so their temp dirs pile up in the temp dir. Must
+/// hold: the next start removes the dirs of the killed daemon; it leaves
+/// alone a dir of a live process, a symlink named like a stale dir (and
+/// what it points to), and anything not named like ctxhost's.
+#[test]
+fn worker_temp_dirs_of_a_killed_daemon_are_removed_at_the_next_start() {
+    let home = Home::new();
+    write(
+        &home.plugin_dir("w").join("plugin.toml"),
+        "name = \"w\"\nversion = \"1.0.0\"\n[hooks]\nruntime = \"bash\"\npersistent_subprocess = true\n\
+         ingest = \"hooks/worker.sh\"\n",
+    );
+    write(
+        &home.plugin_dir("w").join("hooks/worker.sh"),
+        "while IFS= read -r line; do echo \"x\" > \"$TMPDIR/scratch\"; echo '{\"memories\":[]}'; done\n",
+    );
+    home.config("[context_engine]\nplugin_stack = [\"w\"]\n");
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp_str = tmp.path().to_str().unwrap().to_owned();
+    let live = tmp.path().join(format!("ctxhost-w-worker-{}.live01", std::process::id()));
+    let gone = tmp.path().join("ctxhost-w-999999.gone01");
+    let unrelated = tmp.path().join("unrelated-999999.keep01");
+    for dir in [&live, &gone, &unrelated] {
+        std::fs::create_dir(dir).unwrap();
+    }
+    let outside = tempfile::tempdir().unwrap();
+    write(&outside.path().join("keep"), "precious");
+    let link = tmp.path().join("ctxhost-w-worker-999998.link01");
+    std::os::unix::fs::symlink(outside.path(), &link).unwrap();
+
+    let d = home.serve(&[], &[("TMPDIR", &tmp_str)]);
+    assert!(!gone.exists(), "a stale dir of a dead pid survived the start");
+    let r = d.post("/api/agents/a1/ingest", &json!({"message": "hi"}).to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    let first = d.pid();
+    let mine = named(tmp.path(), &format!("ctxhost-w-worker-{first}."));
+    assert!(!mine.is_empty(), "no worker temp dir of the daemon in {}", tmp.path().display());
+    assert!(mine.iter().any(|dir| dir.join("scratch").exists()), "the worker did not use its TMPDIR");
+    drop(d); // SIGKILL
+    assert!(mine.iter().all(|dir| dir.exists()), "nothing was left to clean: the test proves nothing");
+
+    let d = home.serve(&[], &[("TMPDIR", &tmp_str)]);
+    for dir in &mine {
+        assert!(!dir.exists(), "`{}` of the killed daemon survived the next start", dir.display());
+    }
+    assert!(live.is_dir(), "the dir of a live process was removed");
+    assert!(unrelated.is_dir(), "a dir not named like ctxhost's was removed");
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the symlink was touched");
+    assert_eq!(std::fs::read_to_string(outside.path().join("keep")).unwrap(), "precious");
+    let r = d.post("/api/agents/a1/ingest", &json!({"message": "hi"}).to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!named(tmp.path(), &format!("ctxhost-w-worker-{}.", d.pid())).is_empty());
 }
