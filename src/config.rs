@@ -23,6 +23,17 @@ pub struct HostConfig {
     pub memory: MemoryConfig,
     pub server: ServerConfig,
     pub sandbox: SandboxConfig,
+    pub plugins: PluginsConfig,
+}
+
+/// `[plugins]`: how the host treats installed plugins.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PluginsConfig {
+    /// Agent-loop plugins the host may start without: when one cannot run
+    /// (its state under `<home>/agent/plugins/<name>/` is corrupt or cannot
+    /// be made) it is left out with a warning instead of stopping the start.
+    pub optional: Vec<String>,
 }
 
 impl Default for HostConfig {
@@ -35,6 +46,7 @@ impl Default for HostConfig {
             memory: MemoryConfig::default(),
             server: ServerConfig::default(),
             sandbox: SandboxConfig::default(),
+            plugins: PluginsConfig::default(),
         }
     }
 }
@@ -144,8 +156,16 @@ pub struct ConfigError {
     pub reason: String,
 }
 
-const KNOWN_KEYS: &[&str] =
-    &["allowed_env_vars", "plugin_config", "max_concurrent_hooks", "context_engine", "memory", "server", "sandbox"];
+const KNOWN_KEYS: &[&str] = &[
+    "allowed_env_vars",
+    "plugin_config",
+    "max_concurrent_hooks",
+    "context_engine",
+    "memory",
+    "server",
+    "sandbox",
+    "plugins",
+];
 
 impl HostConfig {
     /// Reads `file`; a missing file yields the defaults. Returns the config

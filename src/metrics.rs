@@ -6,6 +6,9 @@
 //! fresh worker (`worker_retries`). The worker pool records them into the
 //! engine's `Metrics` the layer attached to its runner
 //! (`Runner::attach_metrics`).
+//!
+//! Host-wide: after_turn writes to the built-in memory that failed
+//! (`memory_write_failures`; the caller got an error for each).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -108,9 +111,21 @@ pub struct HookHistogram {
 #[derive(Debug, Default)]
 pub struct Metrics {
     stats: Mutex<BTreeMap<(String, HookName), Stats>>,
+    /// after_turn writes to the built-in memory that failed.
+    memory_write_failures: std::sync::atomic::AtomicU64,
 }
 
 impl Metrics {
+    /// Counts one after_turn whose built-in memory write failed.
+    pub fn record_memory_write_failure(&self) {
+        self.memory_write_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// after_turn writes to the built-in memory that failed so far.
+    pub fn memory_write_failures(&self) -> u64 {
+        self.memory_write_failures.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub fn record(&self, plugin: &str, hook: HookName, elapsed: Duration, outcome: CallOutcome) {
         let ms = elapsed.as_secs_f64() * 1e3;
         let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());

@@ -53,6 +53,19 @@ impl LoadContext<'_> {
     pub fn process_env(name: &str) -> Option<OsString> {
         std::env::var_os(name)
     }
+
+    /// What `${VAR}` in plugin `plugin`'s `[env]` expands to: the host's
+    /// value only when the operator allowed the variable
+    /// (`allowed_env_vars`, or the plugin's grant in `grants.toml`, see
+    /// [`crate::registry::grants::env_allowed`]); a plugin rewriting its own
+    /// plugin.toml gets nothing new.
+    pub fn env_access(&self, plugin: &str, var: &str) -> manifest::EnvAccess {
+        if crate::registry::grants::env_allowed(self.home, &self.config.allowed_env_vars, plugin, var) {
+            manifest::EnvAccess::Allowed((self.host_env)(var).map(|v| v.to_string_lossy().into_owned()))
+        } else {
+            manifest::EnvAccess::Denied
+        }
+    }
 }
 
 /// Loads a script plugin: manifest, config file, environment plan, launcher.
@@ -62,8 +75,7 @@ impl LoadContext<'_> {
 /// A bad manifest (naming file, key and reason), an unwritable config file,
 /// or a runtime this build cannot run.
 pub fn load_script_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<(ProcessRunner, Vec<String>), LoadError> {
-    let lookup = |var: &str| (cx.host_env)(var).map(|v| v.to_string_lossy().into_owned());
-    let loaded = granted(Manifest::load_with_env(dir, &lookup)?, cx);
+    let loaded = granted(Manifest::load_with_access(dir, &|plugin, var| cx.env_access(plugin, var))?, cx);
     script_runner(loaded, cx, Venv::OfPlugin)
 }
 
@@ -301,8 +313,7 @@ pub fn load_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, Loa
     if crate::faust::is_faust_plugin(dir) {
         return crate::faust::load(dir, cx);
     }
-    let lookup = |var: &str| (cx.host_env)(var).map(|v| v.to_string_lossy().into_owned());
-    let loaded = granted(Manifest::load_with_env(dir, &lookup)?, cx);
+    let loaded = granted(Manifest::load_with_access(dir, &|plugin, var| cx.env_access(plugin, var))?, cx);
     match loaded.manifest.component.clone() {
         Some(component) => {
             let manifest::Loaded { manifest, mut warnings } = loaded;

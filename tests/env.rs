@@ -96,6 +96,8 @@ fn env_table_expansion_and_precedence() {
         ("hooks/env.py", DUMP_PY),
         "[env]\nFROM_HOST = \"${CTXHOST_T_VALUE}\"\nMISSING = \"${CTXHOST_T_MISSING}\"\nLITERAL = \"a ${B}\"\nPYTHONPATH = \"/from/env/table\"\n",
     );
+    // `${VAR}` reads only what the operator allowed.
+    write(&p.home.join("config.toml"), "allowed_env_vars = [\"CTXHOST_T_VALUE\", \"CTXHOST_T_MISSING\"]\n");
     let (env, err) = env_of(&p, &[("CTXHOST_T_VALUE", "expanded"), ("PYTHONPATH", "/from/host")], "{}");
     assert_eq!(env["FROM_HOST"], "expanded");
     assert_eq!(env["MISSING"], "");

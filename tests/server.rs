@@ -499,7 +499,7 @@ fn shutdown_lets_pending_after_turn_calls_finish() {
          allow_filesystem = true\nafter_turn = \"a.sh\"\n",
     );
     write(&site.plugin_dir("slow").join("a.sh"), "cat > /dev/null\nsleep 1\ntouch \"$MARKER\"\necho '{}'\n");
-    site.config("[context_engine]\nplugin = \"slow\"\n");
+    site.config("allowed_env_vars = [\"MARKER\"]\n[context_engine]\nplugin = \"slow\"\n");
     let d = Daemon::start(&site.home(), &[], &[("MARKER", marker.to_str().unwrap())]);
     let r = d.post("/api/agents/a1/after_turn", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
     assert_eq!(r.status, 200, "fire-and-forget: answered before the plugin ran");

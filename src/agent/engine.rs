@@ -201,7 +201,10 @@ impl AgentEngine {
     /// agent loop. Plugins that fail to load are left out with a warning.
     ///
     /// # Errors
-    /// The services' state under the home cannot be opened.
+    /// The services' state under the home cannot be opened, or a plugin's
+    /// own state (`<home>/agent/plugins/<name>/`) cannot be — unless config.toml
+    /// lists the plugin in `[plugins] optional`: then it is left out, its
+    /// error kept in [`AgentEngine::failed`].
     ///
     /// A plugin also in `stack` (the context engine's) shares that runner —
     /// one worker pool, one set of host services — instead of a second one.
@@ -241,7 +244,23 @@ impl AgentEngine {
                     }
                     match AgentPlugin::new(&plugin, &shared, cx.home) {
                         Ok(p) => plugins.push(p),
-                        Err(e) => warnings.push(format!("plugin '{name}': host services: {e}")),
+                        // A guard that cannot run must not silently stop
+                        // guarding: only a plugin the operator marked
+                        // optional is left out.
+                        Err(e) if cx.config.plugins.optional.contains(&name) => {
+                            let error = format!("its host services: {e}");
+                            warnings.push(format!(
+                                "plugin '{name}' (optional in config.toml) is left out of the agent loop: {error}"
+                            ));
+                            failed.insert(name.clone(), error);
+                        }
+                        Err(e) => {
+                            return Err(ServiceError::service(format!(
+                                "plugin '{name}' cannot run: its host services: {e}. Fix or remove that file, or \
+                                 let ctxhost start without the plugin: `[plugins] optional = [\"{name}\"]` in `{}`",
+                                cx.home.config_file().display()
+                            )));
+                        }
                     }
                 }
                 Ok(_) => {}

@@ -68,7 +68,7 @@ impl ServiceError {
     fn params(message: impl Into<String>) -> Self {
         ServiceError { code: code::INVALID_PARAMS, message: message.into() }
     }
-    fn service(message: impl std::fmt::Display) -> Self {
+    pub(crate) fn service(message: impl std::fmt::Display) -> Self {
         ServiceError { code: code::SERVICE, message: message.to_string() }
     }
 }

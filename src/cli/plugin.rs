@@ -46,7 +46,16 @@ enum PluginCommand {
     /// manifest asking for more gets a warning and no more. Prints what changed.
     /// A FaustBot plugin (plugin.json) asks for nothing itself: give it the
     /// network or the filesystem with the flags.
-    #[command(after_help = "Examples:\n  ctxhost plugin grant memory\n  ctxhost plugin grant rss-watcher --network")]
+    ///
+    /// A `${VAR}` in a plugin's `[env]` reads the host's VAR only when the
+    /// operator allowed it: `allowed_env_vars` in config.toml (every plugin)
+    /// or `--env VAR` here (this plugin); otherwise it is empty. Variables
+    /// granted earlier are kept; `--revoke-env VAR` takes one back.
+    #[command(
+        after_help = "Examples:\n  ctxhost plugin grant memory\n  ctxhost plugin grant rss-watcher --network\n  \
+                            ctxhost plugin grant search --env SEARCH_API_KEY --env SEARCH_REGION\n  \
+                            ctxhost plugin grant search --revoke-env SEARCH_REGION"
+    )]
     Grant(GrantArgs),
 }
 
@@ -123,6 +132,12 @@ struct GrantArgs {
     /// Also allow the whole filesystem (even when the manifest does not ask for it)
     #[arg(long)]
     filesystem: bool,
+    /// Let `${VAR}` in the plugin's [env] read this host variable (repeatable)
+    #[arg(long = "env", value_name = "VAR")]
+    env: Vec<String>,
+    /// Take back a host variable granted with --env (repeatable)
+    #[arg(long = "revoke-env", value_name = "VAR")]
+    revoke_env: Vec<String>,
 }
 
 pub fn exec(args: PluginArgs, home: &Home) -> CliResult {
@@ -150,11 +165,21 @@ fn load_config(home: &Home) -> Result<HostConfig, Box<dyn std::error::Error>> {
 fn list(args: ListArgs, home: &Home, out: &mut impl Write) -> Outcome {
     let config = load_config(home)?;
     let plugins = registry::survey(home, &config);
+    let state_error =
+        state::disabled(home).err().map(|e| format!("{e}; every plugin counts as disabled until it is fixed"));
+    if let Some(e) = &state_error
+        && args.json
+    {
+        show_warnings(std::slice::from_ref(e));
+    }
     if args.json {
         let infos: Vec<&PluginInfo> = plugins.iter().map(|(info, _)| info).collect();
         serde_json::to_writer(&mut *out, &infos)?;
         writeln!(out)?;
         return Ok(());
+    }
+    if let Some(e) = &state_error {
+        writeln!(out, "error: {e}")?;
     }
     if plugins.is_empty() {
         writeln!(out, "no plugins in `{}`", home.plugins_dir().display())?;
@@ -172,6 +197,11 @@ fn list(args: ListArgs, home: &Home, out: &mut impl Write) -> Outcome {
         writeln!(out, "{:<width$}  {:<10} {:<8} {:<8} {hooks}", p.name, p.version, p.runtime, enabled)?;
         for w in warnings {
             writeln!(out, "{:<width$}  warning: {w}", "")?;
+        }
+        if let Ok(Some(grant)) = grants::get(home, &p.name)
+            && !grant.env.is_empty()
+        {
+            writeln!(out, "{:<width$}  host variables granted: {}", "", grant.env.join(", "))?;
         }
     }
     Ok(())
@@ -257,6 +287,15 @@ fn grant(args: &GrantArgs, home: &Home, out: &mut impl Write) -> Outcome {
     };
     requested.allow_network |= args.network;
     requested.allow_filesystem |= args.filesystem;
+    if let Some(bad) = args.env.iter().find(|v| !crate::manifest::valid_env_name(v)) {
+        return Err(format!("--env {bad:?}: not a valid environment variable name (empty, or holds `=` or NUL)").into());
+    }
+    // Variables are the operator's alone: kept from the grant in force.
+    let mut env: std::collections::BTreeSet<String> =
+        grants::get(home, name)?.map(|g| g.env).unwrap_or_default().into_iter().collect();
+    env.extend(args.env.iter().cloned());
+    env.retain(|v| !args.revoke_env.contains(v));
+    requested.env = env.into_iter().collect();
     let before = grants::set(home, name, requested.clone())?;
     let changes = before.as_ref().map(|b| requested.changes_from(b)).unwrap_or_default();
     match &before {

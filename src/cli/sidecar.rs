@@ -51,6 +51,8 @@ pub fn exec(args: SidecarArgs, home: &Home) -> CliResult {
     let (config, warnings) = HostConfig::load(home.config_file())?;
     show_warnings(&warnings);
     let cx = LoadContext { home, config: &config, host_env: &LoadContext::process_env };
+    // What a sidecar or daemon killed before left in the temp dir goes first.
+    crate::runner::process::tmp::remove_stale_in_temp_dir();
     let (engine, warnings) = load_stack(&cx)?;
     show_warnings(&warnings);
     tracing::info!(plugins = ?engine.layer_names(), "ctxhost sidecar ready");

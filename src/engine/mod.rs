@@ -63,6 +63,14 @@ pub enum EngineError {
     Summary(String),
     #[error("background task failed: {0}")]
     Task(String),
+    /// `plugins-state.toml` cannot be read: which plugins the operator
+    /// turned off is unknown, so nothing starts.
+    #[error("{0}; ctxhost does not start without knowing which plugins are disabled (fix or remove the file)")]
+    StateFile(#[source] crate::registry::StoreError),
+    /// after_turn's write to the built-in memory failed: the turn is lost
+    /// unless the caller sends it again.
+    #[error("the turn was not stored in the built-in memory: {0}")]
+    NotStored(#[source] Box<EngineError>),
     /// A plugin failed and its `on_hook_failure` is `abort`.
     #[error("plugin '{}' failed in `{}` (abort policy): {}", .0.plugin, .0.hook, .0.message)]
     Plugin(layer::LayerFailure),

@@ -7,7 +7,7 @@
 //! | ingest | layers concurrently; memories after the default recall (run once), by weight |
 //! | assemble, compact | in order; the first non-empty success wins, else the default |
 //! | transform_tool_result | in order; the first rewrite wins; errors move on |
-//! | after_turn | default store, then every layer fire-and-forget (bounded per layer) |
+//! | after_turn | default store (its failure is the call's error, counted), then every layer fire-and-forget (bounded per layer) |
 //! | prepare/merge_subagent | in order |
 //!
 //! A layer's failure follows its `on_hook_failure`: `warn` logs and falls
@@ -396,11 +396,14 @@ impl ContextEngine for StackEngine {
 
     fn after_turn<'a>(&'a self, request: &'a AfterTurnRequest) -> BoxFuture<'a, Result<(), EngineError>> {
         Box::pin(async move {
-            // after_turn failures are only logged (spec section 3): the plugins
-            // still get the turn when the built-in store fails.
-            if let Err(e) = self.default.after_turn(request).await {
-                tracing::warn!("the built-in memory could not store the turn: {e}");
-            }
+            // Plugins' after_turn failures are only logged (spec section 3),
+            // but a turn the built-in memory did not store is the caller's
+            // error (counted): the plugins still get the turn, then it fails.
+            let stored = self.default.after_turn(request).await.map_err(|e| {
+                self.metrics.record_memory_write_failure();
+                tracing::error!(agent = %request.agent_id, "the built-in memory could not store the turn: {e}");
+                EngineError::NotStored(Box::new(e))
+            });
             let mut for_plugins = request.clone();
             for_plugins.messages = cut_messages(&request.messages, self.settings.after_turn_text_limit);
             let req = Arc::new(HookRequest::AfterTurn(for_plugins));
@@ -433,7 +436,7 @@ impl ContextEngine for StackEngine {
                     }
                 })));
             }
-            Ok(())
+            stored
         })
     }
 
@@ -505,9 +508,11 @@ async fn futures_join_all<F: std::future::Future>(futures: impl IntoIterator<Ite
 /// the stack works. Returns the engine and the warnings.
 ///
 /// # Errors
-/// Only when the memory database cannot be opened.
+/// The memory database cannot be opened, or `plugins-state.toml` cannot be
+/// read (a disabled plugin must never run because its record is broken).
 pub fn load_stack(cx: &crate::plugin::LoadContext<'_>) -> Result<(StackEngine, Vec<String>), EngineError> {
     use super::default::DefaultSettings;
+    crate::registry::state::disabled(cx.home).map_err(EngineError::StateFile)?;
     let engine_config = &cx.config.context_engine;
     let db = cx.config.memory.path.clone().unwrap_or_else(|| cx.home.root().join("memory.db"));
     let default = DefaultEngine::open(

@@ -92,9 +92,9 @@ fn generated_manifest(pj: &PluginJson, cx: &LoadContext<'_>) -> toml::Table {
 pub fn load(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, LoadError> {
     let (pj, mut warnings) = PluginJson::load(dir)?;
     let shim_dir = shim::install(cx.home).map_err(LoadError::Shim)?;
-    let lookup = |var: &str| (cx.host_env)(var).map(|v| v.to_string_lossy().into_owned());
     let table = generated_manifest(&pj, cx);
-    let loaded = Manifest::from_generated(&dir.join(PLUGIN_JSON), dir, &pj.id, &table, &lookup)?;
+    let access = |plugin: &str, var: &str| cx.env_access(plugin, var);
+    let loaded = Manifest::from_generated(&dir.join(PLUGIN_JSON), dir, &pj.id, &table, &access)?;
     let loaded = crate::plugin::granted(loaded, cx);
     let host_files =
         HostFiles { launcher_args: vec![shim_dir.join(shim::WORKER).into_os_string()], readable: vec![shim_dir] };

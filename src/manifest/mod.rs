@@ -173,8 +173,16 @@ impl Manifest {
         Self::load_with_env(dir, &|var| std::env::var(var).ok())
     }
 
-    /// [`Manifest::load`] with an explicit environment lookup.
+    /// [`Manifest::load`] with an explicit environment lookup: every
+    /// `${VAR}` the lookup answers is expanded.
     pub fn load_with_env(dir: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Loaded, ManifestError> {
+        Self::load_with_access(dir, &|_, var| EnvAccess::Allowed(env(var)))
+    }
+
+    /// [`Manifest::load`] where the caller decides, per plugin and variable,
+    /// whether `${VAR}` may read the host's value ([`EnvAccess`]); a denied
+    /// variable expands to empty, with a warning naming it.
+    pub fn load_with_access(dir: &Path, env: &EnvSource<'_>) -> Result<Loaded, ManifestError> {
         let file = dir.join(MANIFEST_FILE);
         let fail = |key: Option<&str>, kind| ManifestError::new(&file, key, kind);
         let text = std::fs::read_to_string(&file).map_err(|e| fail(None, ManifestErrorKind::Read(e)))?;
@@ -211,7 +219,7 @@ impl Manifest {
         table.insert("name".into(), toml::Value::String(name.into()));
         table.insert("version".into(), toml::Value::String("0.0.0".into()));
         table.insert("hooks".into(), toml::Value::Table(hooks.clone()));
-        Self::from_table(config_file, dir, name.to_owned(), &table, env)
+        Self::from_table(config_file, dir, name.to_owned(), &table, &|_, var| EnvAccess::Allowed(env(var)))
     }
 
     /// A manifest ctxhost made itself for the plugin in `dir` (a FaustBot
@@ -224,7 +232,7 @@ impl Manifest {
         dir: &Path,
         name: &str,
         table: &toml::Table,
-        env: &dyn Fn(&str) -> Option<String>,
+        env: &EnvSource<'_>,
     ) -> Result<Loaded, ManifestError> {
         let canonical = dir.canonicalize().map_err(|e| ManifestError::new(file, None, ManifestErrorKind::Read(e)))?;
         Self::from_table(file, canonical, name.to_owned(), table, env)
@@ -236,7 +244,7 @@ impl Manifest {
         dir: PathBuf,
         name: String,
         table: &toml::Table,
-        env: &dyn Fn(&str) -> Option<String>,
+        env: &EnvSource<'_>,
     ) -> Result<Loaded, ManifestError> {
         let fail = |key: Option<&str>, kind| ManifestError::new(file, key, kind);
         let mut r = Reader::new(file, table)?;
@@ -265,7 +273,7 @@ impl Manifest {
                 ManifestErrorKind::Invalid("not a valid environment variable name (empty, or holds `=` or NUL)".into()),
             ));
         }
-        let env = expand_env(raw_env, env, &mut r.warnings);
+        let env = expand_env(&name, raw_env, env, &mut r.warnings);
 
         let raw_config: toml::Table = r.top("config")?.unwrap_or_default();
         let mut config = BTreeMap::new();
@@ -424,11 +432,26 @@ fn read_sandbox(r: &mut Reader<'_>, dir: &Path) -> Result<Sandbox, ManifestError
     Ok(sandbox)
 }
 
-/// `[env]`: a value that is exactly `${VAR}` becomes the host's `VAR` (empty,
-/// with a warning, when unset); anything else passes through literally.
+/// Whether a `${VAR}` of a plugin's `[env]` may read the host's `VAR`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvAccess {
+    /// It may: the host's value, if set.
+    Allowed(Option<String>),
+    /// The operator did not allow it: it expands to empty, with a warning.
+    Denied,
+}
+
+/// Answers, for a plugin (its name) and a host variable, what `${VAR}` in
+/// its `[env]` expands to.
+pub type EnvSource<'a> = dyn Fn(&str, &str) -> EnvAccess + 'a;
+
+/// `[env]`: a value that is exactly `${VAR}` becomes the host's `VAR` when
+/// `source` allows it (empty, with a warning, when unset or not allowed);
+/// anything else passes through literally.
 fn expand_env(
+    plugin: &str,
     raw: BTreeMap<String, String>,
-    lookup: &dyn Fn(&str) -> Option<String>,
+    source: &EnvSource<'_>,
     warnings: &mut Vec<String>,
 ) -> BTreeMap<String, String> {
     raw.into_iter()
@@ -438,12 +461,23 @@ fn expand_env(
                 .and_then(|v| v.strip_suffix('}'))
                 .filter(|v| v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
             let value = match var {
-                Some(var) if !var.is_empty() => lookup(var).unwrap_or_else(|| {
-                    warnings.push(format!(
-                        "key `env.{key}`: host variable `{var}` is not set; the hook gets an empty value"
-                    ));
-                    String::new()
-                }),
+                Some(var) if !var.is_empty() => match source(plugin, var) {
+                    EnvAccess::Allowed(Some(value)) => value,
+                    EnvAccess::Allowed(None) => {
+                        warnings.push(format!(
+                            "key `env.{key}`: host variable `{var}` is not set; the hook gets an empty value"
+                        ));
+                        String::new()
+                    }
+                    EnvAccess::Denied => {
+                        warnings.push(format!(
+                            "key `env.{key}`: plugin '{plugin}' may not read host variable `{var}`; the hook gets \
+                             an empty value. Allow it for this plugin with `ctxhost plugin grant {plugin} --env \
+                             {var}`, or for every plugin with `allowed_env_vars = [\"{var}\"]` in config.toml"
+                        ));
+                        String::new()
+                    }
+                },
                 _ => value,
             };
             (key, value)

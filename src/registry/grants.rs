@@ -2,7 +2,10 @@
 //! recorded in `<home>/grants.toml` and never read from the plugin's own files.
 //!
 //! A grant holds `allow_network`, `allow_filesystem`, `readable_paths` and
-//! `writable_paths`. It is recorded the first time a plugin loads, by
+//! `writable_paths`, and `env`: the host variables a `${VAR}` of the plugin's
+//! `[env]` may read (beyond config.toml's `allowed_env_vars`), given only by
+//! `ctxhost plugin grant <name> --env VAR` — a manifest never asks for them
+//! into its grant. It is recorded the first time a plugin loads, by
 //! `ctxhost plugin install` and by `ctxhost plugin grant`. A manifest that
 //! later asks for more (a hook rewriting its own plugin.toml) gets no more:
 //! [`enforce`] narrows the loaded settings to the grant and warns.
@@ -36,6 +39,9 @@ pub struct Grant {
     pub readable_paths: Vec<PathBuf>,
     #[serde(default)]
     pub writable_paths: Vec<PathBuf>,
+    /// Host variables `${VAR}` in the plugin's `[env]` may read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
 }
 
 /// The whole `grants.toml`.
@@ -53,6 +59,7 @@ impl Grant {
             allow_filesystem: settings.allow_filesystem,
             readable_paths: settings.readable_paths.clone(),
             writable_paths: settings.writable_paths.clone(),
+            env: Vec::new(),
         }
     }
 
@@ -100,6 +107,9 @@ impl Grant {
                 lines.push(format!("{key}: {} -> {}", show_paths(old), show_paths(new)));
             }
         }
+        if before.env != self.env {
+            lines.push(format!("env: [{}] -> [{}]", before.env.join(", "), self.env.join(", ")));
+        }
         lines
     }
 
@@ -114,6 +124,9 @@ impl Grant {
         }
         if !self.writable_paths.is_empty() {
             parts.push(format!("writes {}", show_paths(&self.writable_paths)));
+        }
+        if !self.env.is_empty() {
+            parts.push(format!("env {}", self.env.join(", ")));
         }
         parts.join(", ")
     }
@@ -165,6 +178,17 @@ fn record_first(path: &Path, name: &str, grant: &Grant) -> Result<Grant, StoreEr
             (true, grant.clone())
         }
     })
+}
+
+/// Whether `${var}` in plugin `name`'s `[env]` may read the host's `var`:
+/// config.toml's `allowed_env_vars` (every plugin) or the plugin's recorded
+/// grant (`ctxhost plugin grant <name> --env VAR`). Read from `grants.toml`
+/// at every load, the file [`enforce`] reads, never from the plugin's own
+/// files. Failing closed: an unreadable `grants.toml` allows nothing beyond
+/// `allowed_env_vars`.
+pub fn env_allowed(home: &Home, allowed_env_vars: &[String], name: &str, var: &str) -> bool {
+    allowed_env_vars.iter().any(|v| v == var)
+        || get(home, name).ok().flatten().is_some_and(|g| g.env.iter().any(|v| v == var))
 }
 
 /// Makes `settings` (just read from plugin `name`'s manifest) effective: the

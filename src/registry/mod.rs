@@ -105,15 +105,16 @@ impl RegistryError {
 
 /// Whether `name` is enabled: what the operator said (`ctxhost plugin
 /// enable|disable`), else its manifest's default (a plugin.json may say
-/// `"enabled": false`; everything else is on). An unreadable state file
-/// leaves the defaults (with a warning).
+/// `"enabled": false`; everything else is on). Failing closed: with an
+/// unreadable state file no plugin is enabled (with a warning) — what the
+/// operator turned off must never come back on.
 pub fn is_enabled(home: &Home, name: &str) -> bool {
     match state::choice(home, name) {
         Ok(Some(choice)) => choice,
         Ok(None) => default_enabled(home, name),
         Err(e) => {
-            tracing::warn!("{e}; plugin '{name}' takes its default");
-            default_enabled(home, name)
+            tracing::warn!("{e}; plugin '{name}' counts as disabled until the file is fixed");
+            false
         }
     }
 }

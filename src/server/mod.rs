@@ -122,6 +122,8 @@ impl Server {
     /// database that cannot be opened.
     pub async fn bind(home: Home, config: HostConfig, options: ServeOptions) -> Result<Server, ServeError> {
         auth::check_address(options.addr, options.token.as_deref())?;
+        // What a daemon killed before left in the temp dir goes first.
+        crate::runner::process::tmp::remove_stale_in_temp_dir();
         let (engine, warnings) = {
             let cx = LoadContext { home: &home, config: &config, host_env: &LoadContext::process_env };
             // Nothing is served yet, so blocking this task for the load holds up nobody.

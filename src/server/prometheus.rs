@@ -13,7 +13,15 @@ use super::AppState;
 use crate::metrics::HookHistogram;
 
 pub(crate) async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
-    let text = render(&state.engine.metrics().histograms(), &state.engine.layer_names());
+    let metrics = state.engine.metrics();
+    let mut text = render(&metrics.histograms(), &state.engine.layer_names());
+    let name = "ctxhost_memory_write_failures_total";
+    let _ = writeln!(
+        text,
+        "# HELP {name} after_turn writes to the built-in memory that failed (the caller got an error).\n\
+         # TYPE {name} counter\n{name} {}",
+        metrics.memory_write_failures()
+    );
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text)
 }
 

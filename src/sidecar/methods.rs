@@ -221,7 +221,8 @@ impl Methods {
     }
 
     /// Stores the turn and starts the plugins' `after_turn`; answers before
-    /// they finish. The turn stays counted until they have.
+    /// they finish, but after the built-in memory write: a turn it could not
+    /// store is an error reply. The turn stays counted until they have.
     async fn after_turn(self: &Arc<Self>, p: AfterTurnParams, turn: Option<TurnGuard>) -> Result<Value, String> {
         let request = AfterTurnRequest { agent_id: p.agent_id, messages: p.messages, ..Default::default() };
         self.engine.after_turn(&request).await.map_err(|e| e.to_string())?;

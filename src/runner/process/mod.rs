@@ -13,6 +13,7 @@ pub mod probe;
 pub mod sandbox;
 pub mod shim;
 mod spawn;
+pub mod tmp;
 mod worker;
 
 use std::collections::BTreeMap;
@@ -106,7 +107,7 @@ struct CallTmp(std::path::PathBuf);
 
 impl CallTmp {
     fn create(plugin: &str) -> std::io::Result<Self> {
-        Ok(CallTmp(tempfile::Builder::new().prefix(&format!("ctxhost-{plugin}-")).tempdir()?.keep()))
+        Ok(CallTmp(tempfile::Builder::new().prefix(&tmp::prefix(plugin, false)).tempdir()?.keep()))
     }
 }
 

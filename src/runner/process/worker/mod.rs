@@ -222,7 +222,7 @@ impl<'a> Starter<'a> {
         let path = check_hook_path(&manifest.dir, &self.script.raw)?;
         let command = plugin.launcher.command_for(&path).map_err(HookError::Launch)?;
         let tmpdir = tempfile::Builder::new()
-            .prefix(&format!("ctxhost-{}-worker-", manifest.name))
+            .prefix(&crate::runner::process::tmp::prefix(&manifest.name, true))
             .tempdir()
             .map_err(HookError::Io)?
             .keep();

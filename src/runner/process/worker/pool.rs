@@ -267,6 +267,14 @@ impl Pool {
     async fn discard(&self, held: &mut Live<'_>, fault: Fault) -> HookError {
         let Some(worker) = held.worker.take() else { return HookError::Io(std::io::Error::other("no worker")) };
         lock(&self.live).remove(&worker.pid());
+        if let Fault::Stray(what) = &fault {
+            tracing::warn!(
+                plugin = %self.plugin,
+                pid = worker.pid(),
+                "the worker for `{}` broke the protocol ({what}); it is killed and replaced",
+                self.script.display()
+            );
+        }
         worker.fail(fault).await
     }
 

@@ -20,16 +20,18 @@
 //! - a worker's I/O belongs to the tokio runtime that started it: it is never
 //!   used from another one (the pool replaces it);
 //! - nothing a worker writes can panic the host or make it wait past the
-//!   deadline.
+//!   deadline;
+//! - a reply is only ever read for the request just written (`line`): before
+//!   a request the stdout pipe is read by system call, and anything written
+//!   since the last reply is a fault; a line that arrives while the request
+//!   still sits unread in the stdin pipe (`FIONREAD`) is a fault too.
 
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::process::ExitStatus;
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 
 use super::line::{self, Cursor, Next, Scan};
@@ -436,6 +438,7 @@ impl Worker {
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
         let Some(stdin) = self.stdin.as_mut() else { return Err(Fault::Ended) };
+        let stdin_fd = std::os::fd::AsRawFd::as_raw_fd(stdin);
         let write = async move {
             stdin.write_all(request).await?;
             stdin.flush().await
@@ -444,7 +447,9 @@ impl Worker {
         let mut writing = true;
         loop {
             match self.cursor.scan(&mut self.buf, MAX_REPLY, self.eof) {
-                Scan::Reply(_) if writing => {
+                Scan::Reply(_) if writing || unread_in_pipe(stdin_fd) > 0 => {
+                    // Written before the worker read the request: not its
+                    // answer (a late line of the previous call, or a guess).
                     return Err(Fault::Stray("it answered before reading the whole request".to_owned()));
                 }
                 Scan::Reply(value) => {
@@ -488,16 +493,15 @@ impl Worker {
     /// one's reply): `Stray`. With `keep_lines` (`jsonrpc`: every line says
     /// what it is) what waits stays for the exchange to read. `Ended`: it
     /// exited (or closed stdout) since its last reply.
+    ///
+    /// The pipe is read by system call, not through the runtime's readiness
+    /// (which may not have seen a line written an instant ago): whatever the
+    /// worker wrote before this check is seen by it.
     pub(super) fn check_quiet(&mut self, keep_lines: bool) -> Result<(), Fault> {
         if !self.eof {
-            let mut chunk = [0u8; 4096];
-            let mut read = ReadBuf::new(&mut chunk);
-            let mut cx = Context::from_waker(Waker::noop());
-            match Pin::new(&mut self.stdout).poll_read(&mut cx, &mut read) {
-                Poll::Ready(Ok(())) if read.filled().is_empty() => self.eof = true,
-                Poll::Ready(Ok(())) => self.buf.extend_from_slice(read.filled()),
-                Poll::Ready(Err(_)) => self.eof = true,
-                Poll::Pending => {}
+            match take_waiting(std::os::fd::AsRawFd::as_raw_fd(&self.stdout), &mut self.buf, MAX_REPLY + 1) {
+                Waiting::Open => {}
+                Waiting::Ended => self.eof = true,
             }
         }
         if keep_lines {
@@ -608,6 +612,61 @@ fn drain_exited(stdout: &ChildStdout, buf: &mut Vec<u8>) {
         buf.extend_from_slice(chunk);
         buf.len() <= MAX_REPLY + 1
     });
+}
+
+/// Whether a worker's stdout pipe is still open after [`take_waiting`].
+enum Waiting {
+    Open,
+    /// End of file, or the pipe failed.
+    Ended,
+}
+
+/// Takes what the pipe `fd` holds now into `buf` (up to `cap` bytes in all),
+/// by `poll(2)` with no wait and `read(2)`: never blocks, whatever the fd's
+/// mode, and sees bytes the runtime's readiness has not caught up with.
+fn take_waiting(fd: std::os::fd::RawFd, buf: &mut Vec<u8>, cap: usize) -> Waiting {
+    let mut chunk = [0u8; 16 * 1024];
+    while buf.len() < cap {
+        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd, zero timeout.
+        let ready = unsafe { libc::poll(&mut pfd, 1, 0) };
+        if ready < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        if ready <= 0 || pfd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) == 0 {
+            return Waiting::Open;
+        }
+        let want = chunk.len().min(cap - buf.len());
+        // SAFETY: `fd` is the worker's open stdout pipe; the buffer is valid for `want` bytes.
+        let n = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), want) };
+        match n {
+            0 => return Waiting::Ended,
+            n if n > 0 => buf.extend_from_slice(&chunk[..n as usize]),
+            _ => match std::io::Error::last_os_error().kind() {
+                std::io::ErrorKind::Interrupted => {}
+                std::io::ErrorKind::WouldBlock => return Waiting::Open,
+                _ => return Waiting::Ended,
+            },
+        }
+    }
+    Waiting::Open
+}
+
+/// Bytes the host wrote to a worker's stdin pipe that it has not read yet
+/// (`FIONREAD` on the pipe); 0 when that cannot be known (not a pipe).
+fn unread_in_pipe(fd: std::os::fd::RawFd) -> usize {
+    // SAFETY: fstat and ioctl(FIONREAD) on an open fd, writing into locals.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) != 0 || st.st_mode & libc::S_IFMT != libc::S_IFIFO {
+            return 0;
+        }
+        let mut n: libc::c_int = 0;
+        if libc::ioctl(fd, libc::FIONREAD, &mut n) != 0 {
+            return 0;
+        }
+        usize::try_from(n).unwrap_or(0)
+    }
 }
 
 fn invalid(message: String) -> HookError {
