@@ -23,6 +23,7 @@ pub struct HostConfig {
     pub memory: MemoryConfig,
     pub server: ServerConfig,
     pub sandbox: SandboxConfig,
+    pub faustbot: FaustbotConfig,
 }
 
 impl Default for HostConfig {
@@ -35,6 +36,7 @@ impl Default for HostConfig {
             memory: MemoryConfig::default(),
             server: ServerConfig::default(),
             sandbox: SandboxConfig::default(),
+            faustbot: FaustbotConfig::default(),
         }
     }
 }
@@ -125,6 +127,17 @@ impl Default for SandboxConfig {
     }
 }
 
+/// `[faustbot]`: FaustBot plugins (plugin.json).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FaustbotConfig {
+    /// Install a FaustBot plugin's missing or changed dependencies when the
+    /// engine starts or reloads it [default: false]. Off, they are installed
+    /// only by `ctxhost plugin deps <id>`, and a plugin whose dependencies are
+    /// not installed fails to start with an error naming that command.
+    pub install_deps_at_start: bool,
+}
+
 const ENGINE_KEYS: &[&str] = &[
     "plugin",
     "plugin_stack",
@@ -145,7 +158,7 @@ pub struct ConfigError {
 }
 
 const KNOWN_KEYS: &[&str] =
-    &["allowed_env_vars", "plugin_config", "max_concurrent_hooks", "context_engine", "memory", "server", "sandbox"];
+    &["allowed_env_vars", "plugin_config", "max_concurrent_hooks", "context_engine", "memory", "server", "sandbox", "faustbot"];
 
 impl HostConfig {
     /// Reads `file`; a missing file yields the defaults. Returns the config

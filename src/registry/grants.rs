@@ -2,7 +2,9 @@
 //! recorded in `<home>/grants.toml` and never read from the plugin's own files.
 //!
 //! A grant holds `allow_network`, `allow_filesystem`, `readable_paths` and
-//! `writable_paths`. It is recorded the first time a plugin loads, by
+//! `writable_paths`, and `source_builds`: whether pip may build the plugin's
+//! dependencies from source distributions (running their build code, confined)
+//! — only the operator sets it (`ctxhost plugin grant <name> --source-builds`). It is recorded the first time a plugin loads, by
 //! `ctxhost plugin install` and by `ctxhost plugin grant`. A manifest that
 //! later asks for more (a hook rewriting its own plugin.toml) gets no more:
 //! [`enforce`] narrows the loaded settings to the grant and warns.
@@ -36,6 +38,10 @@ pub struct Grant {
     pub readable_paths: Vec<PathBuf>,
     #[serde(default)]
     pub writable_paths: Vec<PathBuf>,
+    /// pip may build this plugin's dependencies from source distributions
+    /// (default: wheels only). Never asked for by a manifest.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub source_builds: bool,
 }
 
 /// The whole `grants.toml`.
@@ -53,6 +59,7 @@ impl Grant {
             allow_filesystem: settings.allow_filesystem,
             readable_paths: settings.readable_paths.clone(),
             writable_paths: settings.writable_paths.clone(),
+            source_builds: false,
         }
     }
 
@@ -92,6 +99,7 @@ impl Grant {
         };
         flag("allow_network", before.allow_network, self.allow_network);
         flag("allow_filesystem", before.allow_filesystem, self.allow_filesystem);
+        flag("source_builds", before.source_builds, self.source_builds);
         for (key, old, new) in [
             ("readable_paths", &before.readable_paths, &self.readable_paths),
             ("writable_paths", &before.writable_paths, &self.writable_paths),
@@ -114,6 +122,9 @@ impl Grant {
         }
         if !self.writable_paths.is_empty() {
             parts.push(format!("writes {}", show_paths(&self.writable_paths)));
+        }
+        if self.source_builds {
+            parts.push("source builds allowed".to_owned());
         }
         parts.join(", ")
     }
