@@ -157,8 +157,16 @@ pub struct ConfigError {
     pub reason: String,
 }
 
-const KNOWN_KEYS: &[&str] =
-    &["allowed_env_vars", "plugin_config", "max_concurrent_hooks", "context_engine", "memory", "server", "sandbox", "faustbot"];
+const KNOWN_KEYS: &[&str] = &[
+    "allowed_env_vars",
+    "plugin_config",
+    "max_concurrent_hooks",
+    "context_engine",
+    "memory",
+    "server",
+    "sandbox",
+    "faustbot",
+];
 
 impl HostConfig {
     /// Reads `file`; a missing file yields the defaults. Returns the config

@@ -50,8 +50,10 @@ enum PluginCommand {
     /// network or the filesystem with the flags. --source-builds lets pip
     /// build the plugin's dependencies from source distributions (their build
     /// code runs, confined as the plugin is); by default only wheels install.
-    #[command(after_help = "Examples:\n  ctxhost plugin grant memory\n  ctxhost plugin grant rss-watcher --network\n  \
-                            ctxhost plugin grant rss-watcher --source-builds && ctxhost plugin deps rss-watcher")]
+    #[command(
+        after_help = "Examples:\n  ctxhost plugin grant memory\n  ctxhost plugin grant rss-watcher --network\n  \
+                            ctxhost plugin grant rss-watcher --source-builds && ctxhost plugin deps rss-watcher"
+    )]
     Grant(GrantArgs),
 }
 

@@ -177,8 +177,8 @@ pub fn prepare(dir: &Path, cx: &LoadContext<'_>, install: Install) -> Result<Pre
         (given, text)
     } else {
         let program = base_python(&pj, dir, cx)?;
-        let shim_dir = shim::install(cx.home)
-            .map_err(|reason| DepsError::Reader { entry: dir.join(&pj.entry), reason })?;
+        let shim_dir =
+            shim::install(cx.home).map_err(|reason| DepsError::Reader { entry: dir.join(&pj.entry), reason })?;
         let entry = dir.join(&pj.entry);
         let deps = static_deps(&program, &shim_dir, &entry)?;
         python = Some(program);
@@ -191,8 +191,11 @@ pub fn prepare(dir: &Path, cx: &LoadContext<'_>, install: Install) -> Result<Pre
                 }
                 let file = requirements_dir(cx).join(format!("{}.txt", pj.id));
                 let text = deps.join("\n") + "\n";
-                crate::home::Home::write_atomic(&file, text.as_bytes())
-                    .map_err(|source| DepsError::Io { action: "write", path: file.clone(), source })?;
+                crate::home::Home::write_atomic(&file, text.as_bytes()).map_err(|source| DepsError::Io {
+                    action: "write",
+                    path: file.clone(),
+                    source,
+                })?;
                 (file, text)
             }
         }
@@ -241,8 +244,11 @@ pub fn prepare(dir: &Path, cx: &LoadContext<'_>, install: Install) -> Result<Pre
         tracing::info!(plugin = %pj.id, "{summary}");
     }
     prepared.venv = Some(built.activate(cx.home, &pj.id)?);
-    crate::home::Home::write_atomic(&stamp_file, stamp.as_bytes())
-        .map_err(|source| DepsError::Io { action: "write", path: stamp_file.clone(), source })?;
+    crate::home::Home::write_atomic(&stamp_file, stamp.as_bytes()).map_err(|source| DepsError::Io {
+        action: "write",
+        path: stamp_file.clone(),
+        source,
+    })?;
     prepared.installed = Some(summary);
     Ok(prepared)
 }

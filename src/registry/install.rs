@@ -333,7 +333,7 @@ pub fn deps(cx: &LoadContext<'_>, name: &str, force: bool) -> Result<Deps, Regis
         use crate::faust::deps::Install;
         let install = if force { Install::Always } else { Install::IfNeeded };
         let prepared = crate::faust::deps::prepare(&dir, cx, install)
-            .map_err(|source| RegistryError::Deps { name: name.to_owned(), source })?;
+            .map_err(|source| RegistryError::Deps { name: name.to_owned(), source: Box::new(source) })?;
         return Ok(Deps {
             name: name.to_owned(),
             kind: "faustbot".to_owned(),

@@ -72,7 +72,7 @@ pub enum RegistryError {
     Deps {
         name: String,
         #[source]
-        source: crate::faust::deps::DepsError,
+        source: Box<crate::faust::deps::DepsError>,
     },
     /// The plugin does not load; `reason` names the source's files.
     #[error("plugin `{name}` does not load: {reason}")]

@@ -88,9 +88,8 @@ const PIP_FILE_VARS: &[&str] =
     &["PIP_CONFIG_FILE", "PIP_CERT", "PIP_CLIENT_CERT", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE"];
 
 /// What pip takes as a local archive rather than a package name.
-const ARCHIVE_SUFFIXES: &[&str] = &[
-    ".whl", ".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tlz", ".tar.lz", ".tar.lzma",
-];
+const ARCHIVE_SUFFIXES: &[&str] =
+    &[".whl", ".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tlz", ".tar.lz", ".tar.lzma"];
 
 /// Why an environment could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -200,9 +199,13 @@ fn check_line(line: &str) -> Result<(), &'static str> {
     }
     let kept = kept.join(" ");
     let spec = kept.split_once(';').map_or(kept.as_str(), |(spec, _marker)| spec).trim();
-    let name_len = spec.find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))).unwrap_or(spec.len());
+    let name_len =
+        spec.find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))).unwrap_or(spec.len());
     let (name, mut rest) = spec.split_at(name_len);
-    if name.is_empty() || !name.starts_with(|c: char| c.is_ascii_alphanumeric()) || !name.ends_with(|c: char| c.is_ascii_alphanumeric()) {
+    if name.is_empty()
+        || !name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        || !name.ends_with(|c: char| c.is_ascii_alphanumeric())
+    {
         return Err("no package name");
     }
     let lower = name.to_ascii_lowercase();

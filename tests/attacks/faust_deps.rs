@@ -26,10 +26,7 @@ const PROBE: &str = "ctxhost_attack_probe";
 /// `communicate` with its `VALUE` (or `module`'s, when given).
 fn faust_plugin(site: &Site, id: &str, module: &str) {
     let dir = site.plugin_dir(id);
-    write(
-        &dir.join("plugin.json"),
-        &json!({"id": id, "name": id, "version": "0.1.0", "entry": "impl.py"}).to_string(),
-    );
+    write(&dir.join("plugin.json"), &json!({"id": id, "name": id, "version": "0.1.0", "entry": "impl.py"}).to_string());
     write(
         &dir.join("impl.py"),
         &format!(
@@ -46,7 +43,8 @@ fn faust_plugin(site: &Site, id: &str, module: &str) {
 /// imported — what ran from the plugin's dir, unconfined, before.
 fn plant_modules(dir: &Path, marker: &Path) {
     for module in ["venv", "pip", "ensurepip"] {
-        let code = format!("open({:?}, 'a').write('{module} imported from the plugin dir\\n')\n", marker.to_str().unwrap());
+        let code =
+            format!("open({:?}, 'a').write('{module} imported from the plugin dir\\n')\n", marker.to_str().unwrap());
         write(&dir.join(module).join("__init__.py"), &code);
         write(&dir.join(module).join("__main__.py"), &code);
     }
@@ -94,7 +92,10 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     std::fs::create_dir_all(dir).unwrap();
     let archive = dir.join(format!("{package}-0.1.tar.gz"));
     let out = std::process::Command::new("python3")
-        .args(["-c", "import sys, tarfile\nwith tarfile.open(sys.argv[1], 'w:gz') as t: t.add(sys.argv[2], arcname=sys.argv[3])"])
+        .args([
+            "-c",
+            "import sys, tarfile\nwith tarfile.open(sys.argv[1], 'w:gz') as t: t.add(sys.argv[2], arcname=sys.argv[3])",
+        ])
         .arg(&archive)
         .arg(&root)
         .arg(format!("{package}-0.1"))
@@ -328,7 +329,10 @@ fn a_requirements_file_appearing_in_a_running_plugin_installs_nothing_unless_the
     write_wheel(&wheels, PROBE, "from-the-venv");
     for id in ["quiet", "other"] {
         let dir = site.plugin_dir(id);
-        write(&dir.join("plugin.json"), &json!({"id": id, "name": id, "version": "0.1.0", "entry": "impl.py"}).to_string());
+        write(
+            &dir.join("plugin.json"),
+            &json!({"id": id, "name": id, "version": "0.1.0", "entry": "impl.py"}).to_string(),
+        );
         write(
             &dir.join("impl.py"),
             "from faust_backend.plugin_system import FaustPlugin\n\nclass Plugin(FaustPlugin):\n    \
