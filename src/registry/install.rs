@@ -433,6 +433,11 @@ pub fn remove(home: &Home, name: &str, purge: bool) -> Result<Removed, RegistryE
         std::fs::remove_file(&dir).map_err(RegistryError::io("remove", &dir))?;
     }
     let venv = venv::remove(home, name).map_err(|source| RegistryError::Venv { name: name.to_owned(), source })?;
+    // Its pip cache (derived data) goes with it.
+    let cache = venv::pip_cache_dir(home, name);
+    if cache.exists() {
+        crate::runner::process::remove_tree(&cache);
+    }
     let grant = grants::remove(home, name)?;
     state::set_enabled(home, name, true)?;
     let data_dir = home.data_dir(name);

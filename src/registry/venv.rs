@@ -266,8 +266,18 @@ pub struct Built {
 impl Drop for Built {
     fn drop(&mut self) {
         if let Some(real) = self.real.take() {
-            let _ = std::fs::remove_dir_all(real);
+            // Also what a confined build left unwritable.
+            crate::runner::process::remove_tree(&real);
         }
+    }
+}
+
+/// A directory removed when dropped, also parts pip's build made unwritable.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        crate::runner::process::remove_tree(&self.0);
     }
 }
 
@@ -331,24 +341,27 @@ pub fn build(cx: &LoadContext<'_>, req: &Request<'_>) -> Result<Built, VenvError
     // requirements and pip's TMPDIR (the one place under it pip may write).
     let cache_root = home.cache_dir();
     Home::ensure_dir(&cache_root).map_err(io("create", &cache_root))?;
-    let work = tempfile::Builder::new()
-        .prefix("pip-run-")
-        .tempdir_in(&cache_root)
-        .map_err(io("create a directory in", &cache_root))?;
-    let requirements = work.path().join("requirements.txt");
+    let work = Scratch(
+        tempfile::Builder::new()
+            .prefix("pip-run-")
+            .tempdir_in(&cache_root)
+            .map_err(io("create a directory in", &cache_root))?
+            .keep(),
+    );
+    let requirements = work.0.join("requirements.txt");
     std::fs::write(&requirements, req.requirements).map_err(io("write", &requirements))?;
-    let tmp = work.path().join("tmp");
+    let tmp = work.0.as_path().join("tmp");
     std::fs::create_dir(&tmp).map_err(io("create", &tmp))?;
     let cache = pip_cache_dir(home, name);
     Home::ensure_dir(&cache).map_err(io("create", &cache))?;
 
     let env = pip_env(cx, &tmp, &cache);
-    let confinement = confinement(cx, req, &real, work.path(), &cache, &env)?;
+    let confinement = confinement(cx, req, &real, work.0.as_path(), &cache, &env)?;
 
     let mut venv = Command::new(req.base_python);
     venv.args(["-I", "-m", "venv"]).arg(&real);
     let shown = format!("{} -I -m venv {}", req.base_python.display(), real.display());
-    run(&mut venv, &shown, work.path(), &env, &confinement, &tmp, VENV_TIMEOUT, |output| {
+    run(&mut venv, &shown, work.0.as_path(), &env, &confinement, &tmp, VENV_TIMEOUT, |output| {
         (output.contains("ensurepip") || output.contains("No module named venv")).then(|| {
             "this python has no working `venv` module; on Debian/Ubuntu: `apt-get install python3-venv`".to_owned()
         })
@@ -367,7 +380,7 @@ pub fn build(cx: &LoadContext<'_>, req: &Request<'_>) -> Result<Built, VenvError
         if only_binary { " --only-binary=:all:" } else { "" },
         req.requirements_file.display()
     );
-    let output = run(&mut pip, &shown, work.path(), &env, &confinement, &tmp, PIP_TIMEOUT, |output| {
+    let output = run(&mut pip, &shown, work.0.as_path(), &env, &confinement, &tmp, PIP_TIMEOUT, |output| {
         pip_hint(output, name, only_binary)
     })?;
     built.pip_summary =
