@@ -24,6 +24,7 @@ pub struct HostConfig {
     pub server: ServerConfig,
     pub sandbox: SandboxConfig,
     pub plugins: PluginsConfig,
+    pub faustbot: FaustbotConfig,
 }
 
 /// `[plugins]`: how the host treats installed plugins.
@@ -47,6 +48,7 @@ impl Default for HostConfig {
             server: ServerConfig::default(),
             sandbox: SandboxConfig::default(),
             plugins: PluginsConfig::default(),
+            faustbot: FaustbotConfig::default(),
         }
     }
 }
@@ -137,6 +139,17 @@ impl Default for SandboxConfig {
     }
 }
 
+/// `[faustbot]`: FaustBot plugins (plugin.json).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FaustbotConfig {
+    /// Install a FaustBot plugin's missing or changed dependencies when the
+    /// engine starts or reloads it [default: false]. Off, they are installed
+    /// only by `ctxhost plugin deps <id>`, and a plugin whose dependencies are
+    /// not installed fails to start with an error naming that command.
+    pub install_deps_at_start: bool,
+}
+
 const ENGINE_KEYS: &[&str] = &[
     "plugin",
     "plugin_stack",
@@ -165,6 +178,7 @@ const KNOWN_KEYS: &[&str] = &[
     "server",
     "sandbox",
     "plugins",
+    "faustbot",
 ];
 
 impl HostConfig {

@@ -998,6 +998,9 @@ fn dependencies_go_into_each_plugins_own_venv_before_the_import() {
     site.faust("deps-static", json!({}), &probe_plugin(Some("return [\"ctxhost_faust_probe==0.1\"]")));
     site.faust("deps-unfindable", json!({}), &probe_plugin(None));
     write(&site.plugin_dir("deps-unfindable").join("requirements.txt"), "ctxhost_not_in_any_index==1.0\n");
+    // `ctxhost plugin deps <id>` installs one plugin's dependencies; this
+    // operator lets starts install them all.
+    write(&site.home().join("config.toml"), "[faustbot]\ninstall_deps_at_start = true\n");
     let started = Instant::now();
     let d = site.start(&[("PIP_NO_INDEX", "1"), ("PIP_FIND_LINKS", wheels.to_str().unwrap())]);
     let start_ms = started.elapsed().as_millis();

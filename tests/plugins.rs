@@ -413,15 +413,17 @@ fn a_requirement_pip_cannot_find_fails_the_install_with_its_output() {
     let err = stderr(&a);
     assert!(err.starts_with("error: failed to build the virtual environment of plugin `unmet`: `"), "{err}");
     assert!(
-        err.contains(
-            "-m pip install --disable-pip-version-check -r requirements.txt` failed (exit code 1); its output:\n"
-        ),
+        err.contains("-I -m pip install --only-binary=:all: -r requirements.txt` failed (exit code 1); its output:\n"),
         "{err}"
     );
     assert!(err.contains("  | ERROR: No matching distribution found for ctxhost_no_such_package==9.9\n"), "{err}");
     assert!(
-        err.ends_with(
-            "  hint: pip uses this machine's index settings (pip.conf, PIP_INDEX_URL, PIP_FIND_LINKS); check them\n"
+        err.contains(
+            "  hint: no wheel of `ctxhost_no_such_package` was found, and only wheels are installed: if \
+             `ctxhost_no_such_package` exists only as a source distribution, allow building it with \
+             `ctxhost plugin grant unmet --source-builds`"
+        ) && err.ends_with(
+            "otherwise pip uses this machine's index settings (pip.conf, PIP_INDEX_URL, PIP_FIND_LINKS); check them\n"
         ),
         "{err}"
     );

@@ -225,9 +225,11 @@ impl AgentEngine {
             }
             if crate::faust::is_faust_plugin(&dir) {
                 // Dependencies go in before the module is first imported.
-                match crate::faust::deps::prepare(&dir, cx) {
-                    Ok(declared) => {
-                        deps_declared.insert(name.clone(), declared);
+                // Installed only when the operator turned that on.
+                let install = crate::faust::deps::Install::at_start(cx.config);
+                match crate::faust::deps::prepare(&dir, cx, install) {
+                    Ok(prepared) => {
+                        deps_declared.insert(name.clone(), prepared.declared);
                     }
                     Err(e) => {
                         let error = format!("its dependencies: {e}");

@@ -1,4 +1,4 @@
-//! `ctxhost plugin list | install | remove | enable | disable | grant`: the
+//! `ctxhost plugin list | install | deps | remove | enable | disable | grant`: the
 //! plugins dir and the operator's records about it (`crate::registry`).
 
 use std::io::Write;
@@ -20,6 +20,7 @@ Examples:
   ctxhost plugin list
   ctxhost plugin install ./my-plugin
   ctxhost plugin install ./build/memory --name memory --force
+  ctxhost plugin deps rss-watcher
   ctxhost plugin disable memory
   ctxhost plugin grant memory
   ctxhost plugin remove memory --purge")]
@@ -32,6 +33,7 @@ pub struct PluginArgs {
 enum PluginCommand {
     List(ListArgs),
     Install(InstallArgs),
+    Deps(DepsArgs),
     Remove(RemoveArgs),
     /// Turn a disabled plugin back on (kept in <home>/plugins-state.toml)
     #[command(after_help = "Examples:\n  ctxhost plugin enable memory")]
@@ -51,10 +53,14 @@ enum PluginCommand {
     /// operator allowed it: `allowed_env_vars` in config.toml (every plugin)
     /// or `--env VAR` here (this plugin); otherwise it is empty. Variables
     /// granted earlier are kept; `--revoke-env VAR` takes one back.
+    /// --source-builds lets pip build the plugin's dependencies from source
+    /// distributions (their build code runs, confined as the plugin is); by
+    /// default only wheels install.
     #[command(
         after_help = "Examples:\n  ctxhost plugin grant memory\n  ctxhost plugin grant rss-watcher --network\n  \
                             ctxhost plugin grant search --env SEARCH_API_KEY --env SEARCH_REGION\n  \
-                            ctxhost plugin grant search --revoke-env SEARCH_REGION"
+                            ctxhost plugin grant search --revoke-env SEARCH_REGION\n  \
+                            ctxhost plugin grant rss-watcher --source-builds && ctxhost plugin deps rss-watcher"
     )]
     Grant(GrantArgs),
 }
@@ -79,7 +85,9 @@ struct ListArgs {
 /// Checks the copy first: the manifest loads, every `[[requires]]` binary is
 /// on PATH, every `[integrity]` hash matches. A python plugin with a
 /// requirements.txt gets its own virtual environment (<home>/venvs/<name>,
-/// built with pip and the machine's index settings) that its hooks run in.
+/// built with pip and the machine's index settings) that its hooks run in;
+/// pip runs confined as the plugin's hooks are (plus the network) and
+/// installs wheels only, unless --source-builds.
 /// Records the privileges the manifest asks for as the plugin's grant. The
 /// plugin is put in place with one rename; nothing changes when a check fails.
 #[derive(Debug, Args)]
@@ -87,7 +95,8 @@ struct ListArgs {
 Examples:
   ctxhost plugin install ./my-plugin
   ctxhost plugin install ./my-plugin --force          # replace the installed version
-  PIP_INDEX_URL=https://pypi.example/simple ctxhost plugin install ./py-plugin")]
+  PIP_INDEX_URL=https://pypi.example/simple ctxhost plugin install ./py-plugin
+  ctxhost plugin install ./py-plugin --source-builds   # a dependency has no wheel")]
 struct InstallArgs {
     /// The plugin directory (holding plugin.toml)
     path: PathBuf,
@@ -97,6 +106,39 @@ struct InstallArgs {
     /// Install under this name [default: the directory's name]
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
+    /// Let pip build dependencies that have no wheel from source (their build
+    /// code runs, confined); recorded in the plugin's grant
+    #[arg(long)]
+    source_builds: bool,
+}
+
+/// Install an installed plugin's python dependencies into its virtual environment.
+///
+/// A FaustBot plugin (plugin.json): its requirements.txt, else the list its
+/// `register_pip_deps` returns (read without running the plugin), into
+/// <home>/venvs/<id> — skipped when that environment is up to date, unless
+/// --force. A python plugin.toml plugin: its requirements file, rebuilt.
+/// This is how a FaustBot plugin's dependencies get installed: a start or
+/// reload installs nothing unless config.toml has `[faustbot]
+/// install_deps_at_start = true`. pip runs confined as the plugin's hooks
+/// are (its grant, plus the network, its venv and pip cache) and installs
+/// wheels only, unless `ctxhost plugin grant <id> --source-builds`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  ctxhost plugin deps rss-watcher
+  ctxhost plugin deps rss-watcher --force        # rebuild the environment
+  PIP_NO_INDEX=1 PIP_FIND_LINKS=/srv/wheels ctxhost plugin deps rss-watcher
+  ctxhost plugin deps rss-watcher --json")]
+struct DepsArgs {
+    /// The plugin's name
+    name: String,
+    /// Rebuild the environment even when it is up to date
+    #[arg(long)]
+    force: bool,
+    /// Print `{\"name\",\"kind\",\"file\",\"venv\",\"installed\",\"pip\"}`
+    #[arg(long)]
+    json: bool,
 }
 
 /// Remove an installed plugin: its directory, virtual environment and grant.
@@ -138,6 +180,13 @@ struct GrantArgs {
     /// Take back a host variable granted with --env (repeatable)
     #[arg(long = "revoke-env", value_name = "VAR")]
     revoke_env: Vec<String>,
+    /// Let pip build this plugin's dependencies from source distributions
+    /// (running their build code, confined); kept until --no-source-builds
+    #[arg(long, conflicts_with = "no_source_builds")]
+    source_builds: bool,
+    /// Wheels only again (the default)
+    #[arg(long)]
+    no_source_builds: bool,
 }
 
 pub fn exec(args: PluginArgs, home: &Home) -> CliResult {
@@ -145,6 +194,7 @@ pub fn exec(args: PluginArgs, home: &Home) -> CliResult {
     match args.command {
         PluginCommand::List(a) => list(a, home, &mut out)?,
         PluginCommand::Install(a) => install(a, home, &mut out)?,
+        PluginCommand::Deps(a) => deps(&a, home, &mut out)?,
         PluginCommand::Remove(a) => remove(a, home, &mut out)?,
         PluginCommand::Enable(a) => enable(&a.name, true, home, &mut out)?,
         PluginCommand::Disable(a) => enable(&a.name, false, home, &mut out)?,
@@ -210,7 +260,12 @@ fn list(args: ListArgs, home: &Home, out: &mut impl Write) -> Outcome {
 fn install(args: InstallArgs, home: &Home, out: &mut impl Write) -> Outcome {
     let config = load_config(home)?;
     let cx = LoadContext { home, config: &config, host_env: &LoadContext::process_env };
-    let opts = install::InstallOptions { source: &args.path, name: args.name.as_deref(), force: args.force };
+    let opts = install::InstallOptions {
+        source: &args.path,
+        name: args.name.as_deref(),
+        force: args.force,
+        source_builds: args.source_builds,
+    };
     let done = install::install(&opts, &cx)?;
     show_warnings(&done.warnings);
     writeln!(out, "Installed {} {} ({}) in `{}`", done.name, done.version, done.runtime, done.dir.display())?;
@@ -238,6 +293,38 @@ fn install(args: InstallArgs, home: &Home, out: &mut impl Write) -> Outcome {
     }
     if !done.enabled {
         writeln!(out, "  disabled (turn it on with `ctxhost plugin enable {}`)", done.name)?;
+    }
+    Ok(())
+}
+
+fn deps(args: &DepsArgs, home: &Home, out: &mut impl Write) -> Outcome {
+    let config = load_config(home)?;
+    let cx = LoadContext { home, config: &config, host_env: &LoadContext::process_env };
+    let done = install::deps(&cx, &args.name, args.force)?;
+    if args.json {
+        serde_json::to_writer(&mut *out, &done)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    let Some(file) = &done.file else {
+        writeln!(out, "{} declares no python dependencies", done.name)?;
+        return Ok(());
+    };
+    match (&done.venv, done.installed) {
+        (Some(venv), true) => {
+            writeln!(out, "Installed the dependencies of {} into `{}`", done.name, venv.display())?;
+            writeln!(out, "  from `{}`", file.display())?;
+            if let Some(pip) = &done.pip {
+                writeln!(out, "  pip: {pip}")?;
+            }
+        }
+        (Some(venv), false) => writeln!(
+            out,
+            "The dependencies of {} are up to date in `{}` (--force rebuilds it)",
+            done.name,
+            venv.display()
+        )?,
+        (None, _) => writeln!(out, "{} lists no packages in `{}`: nothing to install", done.name, file.display())?,
     }
     Ok(())
 }
@@ -296,6 +383,9 @@ fn grant(args: &GrantArgs, home: &Home, out: &mut impl Write) -> Outcome {
     env.extend(args.env.iter().cloned());
     env.retain(|v| !args.revoke_env.contains(v));
     requested.env = env.into_iter().collect();
+    // The operator's alone: kept from the recorded grant unless changed here.
+    let recorded = grants::get(home, name)?.is_some_and(|g| g.source_builds);
+    requested.source_builds = (recorded || args.source_builds) && !args.no_source_builds;
     let before = grants::set(home, name, requested.clone())?;
     let changes = before.as_ref().map(|b| requested.changes_from(b)).unwrap_or_default();
     match &before {

@@ -9,7 +9,8 @@
 //!   every `ctx.*` call travels to the host's services.
 //! - [`deps`]: the plugin's dependencies into its own virtual environment
 //!   *before* the module is first imported (from `requirements.txt`, else
-//!   from a static read of the list `register_pip_deps` returns).
+//!   from a static read of the list `register_pip_deps` returns), when the
+//!   operator asks (`ctxhost plugin deps <id>`, or installs at start turned on).
 //! - [`load`]: the plugin as a [`LoadedPlugin`]: a generated manifest (the
 //!   worker settings, every hook the shim maps, pointed at the entry file),
 //!   the shim's worker on the launcher's command line, the shim readable
@@ -96,8 +97,12 @@ pub fn load(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, LoadError>
     let access = |plugin: &str, var: &str| cx.env_access(plugin, var);
     let loaded = Manifest::from_generated(&dir.join(PLUGIN_JSON), dir, &pj.id, &table, &access)?;
     let loaded = crate::plugin::granted(loaded, cx);
-    let host_files =
-        HostFiles { launcher_args: vec![shim_dir.join(shim::WORKER).into_os_string()], readable: vec![shim_dir] };
+    // Isolated mode: no `PYTHON*` variable, no user site; the worker puts
+    // the shim, then the plugin dir, on `sys.path` itself.
+    let host_files = HostFiles {
+        launcher_args: vec!["-I".into(), shim_dir.join(shim::WORKER).into_os_string()],
+        readable: vec![shim_dir],
+    };
     let (runner, w) = crate::plugin::script_runner_with(loaded, cx, Venv::OfPlugin, &host_files)?;
     warnings.extend(w);
     let mut plugin = LoadedPlugin::script(runner, warnings);

@@ -2,10 +2,13 @@
 //! recorded in `<home>/grants.toml` and never read from the plugin's own files.
 //!
 //! A grant holds `allow_network`, `allow_filesystem`, `readable_paths` and
-//! `writable_paths`, and `env`: the host variables a `${VAR}` of the plugin's
+//! `writable_paths`, `env` — the host variables a `${VAR}` of the plugin's
 //! `[env]` may read (beyond config.toml's `allowed_env_vars`), given only by
-//! `ctxhost plugin grant <name> --env VAR` — a manifest never asks for them
-//! into its grant. It is recorded the first time a plugin loads, by
+//! `ctxhost plugin grant <name> --env VAR` — and `source_builds`: whether pip
+//! may build the plugin's dependencies from source distributions (running
+//! their build code, confined; only `ctxhost plugin grant <name>
+//! --source-builds` sets it). A manifest never asks for these two into its
+//! grant. It is recorded the first time a plugin loads, by
 //! `ctxhost plugin install` and by `ctxhost plugin grant`. A manifest that
 //! later asks for more (a hook rewriting its own plugin.toml) gets no more:
 //! [`enforce`] narrows the loaded settings to the grant and warns.
@@ -42,6 +45,10 @@ pub struct Grant {
     /// Host variables `${VAR}` in the plugin's `[env]` may read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<String>,
+    /// pip may build this plugin's dependencies from source distributions
+    /// (default: wheels only). Never asked for by a manifest.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub source_builds: bool,
 }
 
 /// The whole `grants.toml`.
@@ -60,6 +67,7 @@ impl Grant {
             readable_paths: settings.readable_paths.clone(),
             writable_paths: settings.writable_paths.clone(),
             env: Vec::new(),
+            source_builds: false,
         }
     }
 
@@ -99,6 +107,7 @@ impl Grant {
         };
         flag("allow_network", before.allow_network, self.allow_network);
         flag("allow_filesystem", before.allow_filesystem, self.allow_filesystem);
+        flag("source_builds", before.source_builds, self.source_builds);
         for (key, old, new) in [
             ("readable_paths", &before.readable_paths, &self.readable_paths),
             ("writable_paths", &before.writable_paths, &self.writable_paths),
@@ -127,6 +136,9 @@ impl Grant {
         }
         if !self.env.is_empty() {
             parts.push(format!("env {}", self.env.join(", ")));
+        }
+        if self.source_builds {
+            parts.push("source builds allowed".to_owned());
         }
         parts.join(", ")
     }

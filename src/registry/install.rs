@@ -26,6 +26,9 @@ pub struct InstallOptions<'a> {
     pub name: Option<&'a str>,
     /// Replace an installed plugin of that name.
     pub force: bool,
+    /// Let pip build the plugin's dependencies from source distributions
+    /// (recorded in its grant; a reinstall keeps an earlier opt-in).
+    pub source_builds: bool,
 }
 
 /// What an install did.
@@ -123,9 +126,10 @@ pub fn install(opts: &InstallOptions<'_>, cx: &LoadContext<'_>) -> Result<Instal
         })?;
         hooks = loaded.hooks.iter().map(|h| h.as_str().to_owned()).collect();
     }
-    let built = build_venv(&name, &manifest, &staged, cx, &mut warnings)?;
+    let mut grant = Grant::requested(&manifest.settings);
+    grant.source_builds = opts.source_builds || grants::get(home, &name)?.is_some_and(|g| g.source_builds);
+    let built = build_venv(&name, &manifest, &staged, &grant, cx, &mut warnings)?;
 
-    let grant = Grant::requested(&manifest.settings);
     let replaced = existing.then(|| raw_facts(&target).0);
     // Recorded before the plugin appears, so a load racing the rename finds
     // the grant install decided; put back if the plugin never appears.
@@ -244,16 +248,18 @@ fn check_requires(name: &str, manifest: &Manifest, cx: &LoadContext<'_>) -> Resu
 
 /// A python plugin with a requirements file (`requirements = …`, else
 /// `requirements.txt`) gets a fresh virtual environment, built with the
-/// python its hooks would otherwise run on.
-fn build_venv(
+/// python its hooks would otherwise run on, pip confined by `grant`
+/// (`venv::build`).
+pub(crate) fn build_venv(
     name: &str,
     manifest: &Manifest,
-    staged: &Path,
+    dir: &Path,
+    grant: &Grant,
     cx: &LoadContext<'_>,
     warnings: &mut Vec<String>,
 ) -> Result<Option<venv::Built>, RegistryError> {
     let file = manifest.requirements.as_deref().unwrap_or("requirements.txt");
-    let requirements = staged.join(file);
+    let requirements = dir.join(file);
     if !requirements.is_file() {
         return Ok(None);
     }
@@ -282,9 +288,88 @@ fn build_venv(
             });
         }
     };
-    venv::build(cx.home, name, &python, staged, Path::new(file))
-        .map(Some)
-        .map_err(|source| RegistryError::Venv { name: name.to_owned(), source })
+    let text = std::fs::read_to_string(&requirements).map_err(RegistryError::io("read", &requirements))?;
+    let request = venv::Request {
+        name,
+        base_python: &python,
+        plugin_dir: dir,
+        requirements_file: Path::new(file),
+        requirements: &text,
+        grant,
+    };
+    venv::build(cx, &request).map(Some).map_err(|source| RegistryError::Venv { name: name.to_owned(), source })
+}
+
+/// What `ctxhost plugin deps` did.
+#[derive(Debug, serde::Serialize)]
+pub struct Deps {
+    pub name: String,
+    /// `faustbot` (plugin.json) or the plugin.toml runtime.
+    pub kind: String,
+    /// Where the dependencies are declared (none: the plugin declares none).
+    pub file: Option<PathBuf>,
+    /// The plugin's virtual environment, when it has one.
+    pub venv: Option<PathBuf>,
+    /// Whether an environment was built now (otherwise it was up to date).
+    pub installed: bool,
+    /// pip's closing line (`Successfully installed …`).
+    pub pip: Option<String>,
+}
+
+/// Installs the dependencies of installed plugin `name` into its virtual
+/// environment, confined as `venv::build` does: a FaustBot plugin's
+/// requirements.txt or `register_pip_deps` list (rebuilt when changed, or
+/// always with `force`), a python plugin.toml plugin's requirements file
+/// (always rebuilt). The one way a FaustBot plugin's dependencies get
+/// installed unless `[faustbot] install_deps_at_start` is on.
+///
+/// # Errors
+/// No such plugin, a manifest that does not load, a bad requirement line,
+/// or an environment that cannot be built.
+pub fn deps(cx: &LoadContext<'_>, name: &str, force: bool) -> Result<Deps, RegistryError> {
+    let home = cx.home;
+    let dir = super::plugin_dir(home, name)?;
+    if crate::faust::is_faust_plugin(&dir) {
+        use crate::faust::deps::Install;
+        let install = if force { Install::Always } else { Install::IfNeeded };
+        let prepared = crate::faust::deps::prepare(&dir, cx, install)
+            .map_err(|source| RegistryError::Deps { name: name.to_owned(), source: Box::new(source) })?;
+        return Ok(Deps {
+            name: name.to_owned(),
+            kind: "faustbot".to_owned(),
+            file: prepared.file,
+            venv: prepared.venv,
+            installed: prepared.installed.is_some(),
+            pip: prepared.installed.flatten(),
+        });
+    }
+    let lookup = |var: &str| (cx.host_env)(var).map(|v| v.to_string_lossy().into_owned());
+    let manifest::Loaded { manifest, mut warnings } = Manifest::load_with_env(&dir, &lookup)?;
+    let grant = match grants::get(home, name)? {
+        Some(grant) => grant,
+        None => Grant::requested(&manifest.settings),
+    };
+    let built = build_venv(name, &manifest, &dir, &grant, cx, &mut warnings)?;
+    for w in &warnings {
+        tracing::warn!("{w}");
+    }
+    let file = manifest.requirements.as_deref().unwrap_or("requirements.txt");
+    let file = (manifest.settings.runtime == Runtime::Python && dir.join(file).is_file()).then(|| dir.join(file));
+    let mut report = Deps {
+        name: name.to_owned(),
+        kind: manifest.settings.runtime.label(),
+        file,
+        venv: None,
+        installed: false,
+        pip: None,
+    };
+    if let Some(built) = built {
+        report.pip = built.pip_summary.clone();
+        report.venv =
+            Some(built.activate(home, name).map_err(|source| RegistryError::Venv { name: name.to_owned(), source })?);
+        report.installed = true;
+    }
+    Ok(report)
 }
 
 /// Moves the staged copy to `target`: a plain rename that never replaces
@@ -348,6 +433,11 @@ pub fn remove(home: &Home, name: &str, purge: bool) -> Result<Removed, RegistryE
         std::fs::remove_file(&dir).map_err(RegistryError::io("remove", &dir))?;
     }
     let venv = venv::remove(home, name).map_err(|source| RegistryError::Venv { name: name.to_owned(), source })?;
+    // Its pip cache (derived data) goes with it.
+    let cache = venv::pip_cache_dir(home, name);
+    if cache.exists() {
+        crate::runner::process::remove_tree(&cache);
+    }
     let grant = grants::remove(home, name)?;
     state::set_enabled(home, name, true)?;
     let data_dir = home.data_dir(name);

@@ -45,7 +45,7 @@ pub enum RegistryError {
     InvalidName(String),
     #[error(
         "`{}` is a FaustBot plugin (plugin.json): `plugin install` takes plugin.toml plugins; copy the directory \
-         into the plugins dir instead (its dependencies are installed when the engine starts it)",
+         into the plugins dir instead, then install its dependencies with `ctxhost plugin deps <id>`",
         .0.display()
     )]
     FaustBot(PathBuf),
@@ -66,6 +66,13 @@ pub enum RegistryError {
         name: String,
         #[source]
         source: venv::VenvError,
+    },
+    /// A FaustBot plugin's dependencies could not be installed.
+    #[error("the dependencies of plugin `{name}`: {source}")]
+    Deps {
+        name: String,
+        #[source]
+        source: Box<crate::faust::deps::DepsError>,
     },
     /// The plugin does not load; `reason` names the source's files.
     #[error("plugin `{name}` does not load: {reason}")]

@@ -41,9 +41,12 @@ pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded
     let plugin = tokio::task::spawn_blocking(move || {
         let cx = loader.load_context();
         if crate::faust::is_faust_plugin(&dir) && crate::registry::is_enabled(&loader.home, &plugin_name) {
-            // Dependencies go in before the module is first imported.
-            let declared = crate::faust::deps::prepare(&dir, &cx)?;
-            loader.agent.set_deps_declared(&plugin_name, declared);
+            // Dependencies go in before the module is first imported — and
+            // only when the operator turned installs at start on.
+            let install = crate::faust::deps::Install::at_start(cx.config);
+            let prepared = crate::faust::deps::prepare(&dir, &cx, install)
+                .map_err(|e| format!("plugin '{plugin_name}': its dependencies: {e}"))?;
+            loader.agent.set_deps_declared(&plugin_name, prepared.declared);
         }
         let plugin = load_plugin(&dir, &cx).map_err(|e| e.to_string())?;
         // Loading succeeds for a plugin whose launcher is missing (a call

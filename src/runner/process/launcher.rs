@@ -43,7 +43,9 @@ pub fn info(runtime: &Runtime) -> RuntimeInfo {
             &["python3", "python", "py"],
             &[],
             &["PYTHONPATH", "VIRTUAL_ENV", "PYTHONIOENCODING"],
-            Some(&["-c", "import sys; print(sys.executable)"]),
+            // Isolated (`-I`): the query runs from the plugin dir, which must
+            // not be on `sys.path`, and ignores `PYTHON*` variables.
+            Some(&["-I", "-c", "import sys; print(sys.executable)"]),
             "Install Python 3 from https://www.python.org/downloads/ or your OS package manager",
         ),
         Runtime::Native => {

@@ -127,7 +127,7 @@ impl Drop for CallTmp {
 }
 
 /// Removes a hook's temporary directory, opening up what the hook locked.
-fn remove_tree(path: &Path) {
+pub(crate) fn remove_tree(path: &Path) {
     if std::fs::remove_dir_all(path).is_ok() {
         return;
     }
