@@ -469,7 +469,7 @@ fn doctor_loads_a_component_plugin() {
 /// Points `<home>/cache/components` at one compile cache shared by these
 /// tests (under the target dir; keyed by content hash), so each of their many
 /// `ctxhost hook` processes does not compile the component again. Returns `home`.
-pub(crate) fn with_shared_component_cache(home: &std::path::Path) -> std::path::PathBuf {
+fn with_shared_component_cache(home: &std::path::Path) -> std::path::PathBuf {
     let shared = std::env::var_os("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| crate::util::repo_root().join("target"))

@@ -80,8 +80,10 @@ pub mod quota {
         if replaced.is_none() && keys >= STORAGE_KEYS {
             return Err(format!("plugin '{plugin}' has {keys} storage keys already, the most it may keep"));
         }
+        // A write that does not grow the storage passes (a storage over the
+        // quota, written before it existed, can still shrink).
         let after = bytes.saturating_sub(replaced.unwrap_or(0)).saturating_add(value_bytes);
-        if after > STORAGE_PLUGIN_BYTES {
+        if after > STORAGE_PLUGIN_BYTES && value_bytes > replaced.unwrap_or(0) {
             return Err(format!(
                 "plugin '{plugin}' would keep {after} bytes of storage values; the most it may keep is \
                  {STORAGE_PLUGIN_BYTES} bytes"
@@ -666,6 +668,15 @@ mod tests {
         run(&a, "vfs.write", json!({"path": "/plugins/a/f0", "content": "replaced"})).unwrap();
         let huge = json!({"key": "k", "value": "x".repeat(quota::STORAGE_VALUE_BYTES + 1)});
         assert!(run(&a, "storage.set", huge).unwrap_err().message.contains("at most"));
+        // The plugin's total: a new value past it is refused, replacing one
+        // counts only the difference.
+        let full = quota::STORAGE_PLUGIN_BYTES - 10;
+        let err = quota::check_storage_write("a", "k", 11, None, 5, full).unwrap_err();
+        assert!(err.contains(&format!("the most it may keep is {}", quota::STORAGE_PLUGIN_BYTES)), "{err}");
+        quota::check_storage_write("a", "k", 11, Some(1), 5, full).unwrap();
+        quota::check_storage_write("a", "k", 5, Some(6), 5, 2 * full).unwrap();
+        let err = quota::check_storage_write("a", "k", 1, None, quota::STORAGE_KEYS, 0).unwrap_err();
+        assert!(err.contains("storage keys already"), "{err}");
 
         let err = run(&a, "vfs.wirte", json!({})).unwrap_err();
         assert_eq!(err.code, code::METHOD_NOT_FOUND);

@@ -23,50 +23,37 @@ fn order(runner: &ComponentRunner, message: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
-/// The compile cache these tests share (under the target dir), so the
-/// hostile component is compiled once per run.
-fn shared_cache() -> PathBuf {
-    let scratch = tempfile::tempdir().unwrap();
-    crate::wasm::with_shared_component_cache(scratch.path()).join("cache/components").canonicalize().unwrap()
-}
-
-/// The hostile component with its storage in `data`.
+/// The hostile component with its storage in `data` (compiled afresh:
+/// under a second).
 fn hostile(data: &Path) -> ComponentRunner {
-    let cache = shared_cache();
-    ComponentRunner::load(
-        "hostile",
-        &component("hostile"),
-        Limits::default(),
-        Default::default(),
-        data.into(),
-        Some(&cache),
-    )
-    .unwrap()
+    let wasm = component("hostile");
+    ComponentRunner::load("hostile", &wasm, Limits::default(), Default::default(), data.into(), None).unwrap()
 }
 
-/// The `kv-*` files in `dir` (the context-world storage): how many, and their
-/// bytes on disk (allocated blocks, not only lengths).
-fn storage_on_disk(dir: &Path) -> (usize, u64) {
+/// The `kv-*` files in `dir` (the context-world storage): how many, their
+/// bytes, and the bytes they take on disk (allocated blocks).
+fn storage_on_disk(dir: &Path) -> (usize, u64, u64) {
     use std::os::unix::fs::MetadataExt;
-    let mut files = 0;
-    let mut bytes = 0;
-    let Ok(entries) = std::fs::read_dir(dir) else { return (0, 0) };
+    let (mut files, mut bytes, mut on_disk) = (0, 0, 0);
+    let Ok(entries) = std::fs::read_dir(dir) else { return (0, 0, 0) };
     for entry in entries {
         let entry = entry.unwrap();
         if entry.file_name().to_string_lossy().starts_with("kv-") {
+            let meta = entry.metadata().unwrap();
             files += 1;
-            bytes += entry.metadata().unwrap().blocks() * 512;
+            bytes += meta.len();
+            on_disk += meta.blocks() * 512;
         }
     }
-    (files, bytes)
+    (files, bytes, on_disk)
 }
 
 /// The attacker writes a 10 MB value through `host.storage-set`, then 20,000
 /// one-byte keys, all in one call. Must hold: the big value is refused naming
 /// the value quota; at most `quota::STORAGE_KEYS` keys are kept and the rest
 /// refused naming the key quota; on disk the storage holds no more files than
-/// that and no more bytes than `quota::STORAGE_PLUGIN_BYTES` plus a block per
-/// file (measured with `st_blocks`).
+/// that, no more bytes than `quota::STORAGE_PLUGIN_BYTES`, and takes no more
+/// than that plus a 4 KiB block per file (`st_blocks`).
 #[test]
 fn a_storage_flood_through_the_context_world_stops_at_the_quota() {
     let dir = tempfile::tempdir().unwrap();
@@ -77,10 +64,11 @@ fn a_storage_flood_through_the_context_world_stops_at_the_quota() {
     assert!(said.contains(&format!("at most {} bytes", quota::STORAGE_VALUE_BYTES)), "{said}");
     assert!(said.contains(&format!("kept {} keys", quota::STORAGE_KEYS)), "{said}");
     assert!(said.contains(&format!("{} storage keys already", quota::STORAGE_KEYS)), "{said}");
-    let (files, bytes) = storage_on_disk(&data);
+    let (files, bytes, on_disk) = storage_on_disk(&data);
     assert!(files <= quota::STORAGE_KEYS, "{files} storage files on disk");
+    assert!(bytes <= quota::STORAGE_PLUGIN_BYTES as u64, "{bytes} bytes stored");
     let bound = quota::STORAGE_PLUGIN_BYTES as u64 + files as u64 * 4096;
-    assert!(bytes <= bound, "{bytes} bytes on disk, more than {bound}");
+    assert!(on_disk <= bound, "{on_disk} bytes on disk, more than {bound}");
     assert!(!data.join(format!("kv-{}", hex::encode("big"))).exists(), "the refused value left a file");
     // A later call (a fresh store) is held to the same count: it may only
     // overwrite the keys it has.
@@ -99,11 +87,12 @@ fn a_storage_key_too_long_for_a_file_name_is_refused_clearly() {
     let said = order(&hostile(&data), "storage-long-key").unwrap();
     assert!(said.starts_with("denied: storage key of 200 bytes is too long"), "{said}");
     assert!(said.contains("at most 126 bytes"), "{said}");
-    assert_eq!(storage_on_disk(&data).0, 0);
+    assert_eq!(storage_on_disk(&data), (0, 0, 0));
 }
 
 /// A plugin dir for the hostile component (64 MiB of guest memory, the
-/// default), with a home whose compile cache is warmed by one harmless call.
+/// default), and a home whose compile cache (a dir of the running user) is
+/// warmed by one harmless call, so the measured calls do not compile.
 fn hostile_plugin(root: &Path) -> (PathBuf, PathBuf) {
     let dir = root.join("plugins/hostile");
     std::fs::create_dir_all(&dir).unwrap();
@@ -114,7 +103,7 @@ fn hostile_plugin(root: &Path) -> (PathBuf, PathBuf) {
          [sandbox]\nmemory_mb = 64\nfuel = 5_000_000_000\n",
     )
     .unwrap();
-    let home = crate::wasm::with_shared_component_cache(&root.join("home"));
+    let home = root.join("home");
     let (status, _, _) = hook_with_peak_rss(&home, &dir, "warm-up");
     assert!(status.success());
     (dir, home)

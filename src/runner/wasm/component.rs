@@ -4,12 +4,20 @@
 //! deadline and memory limits. A store is never reused, so a trap cannot
 //! poison a later call.
 //!
-//! Capabilities: the WASI context has no arguments, no environment, no
-//! preopened directory and no network; stdout is discarded, stderr is
-//! captured (a guest panic's message comes from there). Host services are the
-//! `host` interface of the world: log, config, per-plugin storage (a cap-std
-//! `Dir` on the plugin's data dir; keys become hex file names, so no key can
-//! name a path), events.
+//! Capabilities: the WASI context has no arguments, no environment but the
+//! manifest's, preopens only for the granted dirs, and no network (TCP, UDP
+//! and name lookups refused explicitly); stdout and stderr keep their last
+//! 64 KiB (a guest panic's message comes from there; an error carries only
+//! its last lines). Host services are the `host` interface of the world: log,
+//! config, per-plugin storage (a cap-std `Dir` on the plugin's data dir; keys
+//! become hex file names, so no key can name a path; held to
+//! `services::quota`, the one storage quota), events.
+//!
+//! What a guest hands the host is bounded before it becomes host objects: one
+//! lift (a reply, a host call's arguments) by the store's hostcall fuel, a
+//! reply's items and text by `convert`'s budget, an agent-loop reply's JSON
+//! text by the script stdout cap. Compiled code is loaded from the `.cwasm`
+//! cache only through descriptors checked and read once (`cache`).
 //!
 //! Two worlds load here: `context-plugin` (the context hooks) and
 //! `agent-plugin` (also the `agent` export — `describe-agent` at load,
@@ -1289,5 +1297,39 @@ impl crate::runner::Runner for ComponentHandle {
 
     fn attach_services(&self, services: Arc<PluginServices>) {
         self.0.attach_services(services);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guest_output_keeps_its_last_bytes_and_counts_the_rest() {
+        let pipe = TailPipe::new(8);
+        pipe.push(b"0123");
+        pipe.push(b"456789");
+        assert_eq!(pipe.contents(), (b"23456789".to_vec(), 2));
+        pipe.push(b"a very long write");
+        assert_eq!(pipe.contents(), (b"ng write".to_vec(), 2 + 8 + 9));
+    }
+
+    #[test]
+    fn a_panic_is_told_by_its_last_lines_within_the_bound() {
+        let noise = "noise\n".repeat(500);
+        let stderr = format!("{noise}thread '<unnamed>' panicked at src/lib.rs:1:1:\nthe cause\nnote: run with …");
+        assert_eq!(panic_text(&stderr).unwrap(), "thread '<unnamed>' panicked at src/lib.rs:1:1: the cause");
+        let long = format!("x panicked at y:\n{}é the end", "é".repeat(2000));
+        let told = panic_text(&long).unwrap();
+        assert!(told.len() <= STDERR_IN_ERROR + "…".len() && told.ends_with("é the end"), "{told}");
+        assert_eq!(panic_text("no panic here"), None);
+    }
+
+    #[test]
+    fn storage_keys_longer_than_a_file_name_allows_are_refused() {
+        let longest = "k".repeat(STORAGE_KEY_BYTES);
+        assert_eq!(key_file(&longest).unwrap().len(), 255);
+        let err = key_file(&format!("{longest}k")).unwrap_err();
+        assert!(err.contains(&format!("at most {STORAGE_KEY_BYTES} bytes")), "{err}");
     }
 }
