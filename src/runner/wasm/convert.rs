@@ -180,9 +180,9 @@ pub fn message_to_wit(m: &wire::Message) -> wit::Message {
     wit::Message { role: role_to_wit(&m.role), content, pinned: m.pinned, extra }
 }
 
-/// Counts `m` (the message, its blocks and strings) against `budget`.
+/// Counts the blocks and strings of `m` against `budget` (the message itself
+/// is counted with its list).
 fn count_message(m: &wit::Message, budget: &mut Budget) -> Result<(), ReplyTooLarge> {
-    budget.items(1)?;
     if let wit::Role::Other(role) = &m.role {
         budget.text(role)?;
     }
@@ -298,5 +298,28 @@ mod tests {
         let messages: Vec<wire::Message> = serde_json::from_value(json.clone()).unwrap();
         let back = messages_from_wit(messages_to_wit(&messages), &mut Budget::new("assemble")).unwrap();
         assert_eq!(serde_json::to_value(&back).unwrap(), json);
+    }
+
+    #[test]
+    fn a_reply_past_the_budget_is_refused_naming_the_limit() {
+        let message = |text: String| wit::Message {
+            role: wit::Role::User,
+            content: wit::Content::Blocks(vec![wit::Block::Text(text)]),
+            pinned: false,
+            extra: None,
+        };
+        // Messages and blocks count alike: half the items as messages is all.
+        let half: Vec<_> = (0..REPLY_ITEMS / 2).map(|_| message(String::new())).collect();
+        assert_eq!(messages_from_wit(half.clone(), &mut Budget::new("assemble")).unwrap().len(), REPLY_ITEMS / 2);
+        let mut over = half;
+        over.push(message(String::new()));
+        let err = messages_from_wit(over, &mut Budget::new("assemble")).unwrap_err();
+        assert_eq!(err, ReplyTooLarge::Items { hook: "assemble", limit: REPLY_ITEMS });
+        assert!(err.to_string().contains("`assemble` reply") && err.to_string().contains("at most 100000 items"));
+
+        let err = messages_from_wit(vec![message("x".repeat(REPLY_BYTES + 1))], &mut Budget::new("compact"));
+        assert_eq!(err.unwrap_err(), ReplyTooLarge::Bytes { hook: "compact", limit: REPLY_BYTES });
+        let tags = vec![wit::Memory { content: String::new(), tags: vec![String::new(); REPLY_ITEMS] }];
+        assert!(matches!(ingest_json(tags), Err(ReplyTooLarge::Items { hook: "ingest", .. })));
     }
 }
