@@ -51,8 +51,46 @@ pub mod quota {
     pub const STORAGE_VALUE_BYTES: usize = 1024 * 1024;
     /// Keys of one plugin's storage, all scopes.
     pub const STORAGE_KEYS: usize = 10_000;
+    /// Bytes of all of one plugin's storage values.
+    pub const STORAGE_PLUGIN_BYTES: usize = 16 * 1024 * 1024;
     /// Triggers one plugin owns.
     pub const TRIGGERS: usize = 1_000;
+
+    /// Whether storing a value of `value_bytes` under `key` keeps `plugin`
+    /// within its storage quota, in a storage holding `keys` keys and `bytes`
+    /// bytes of values; `replaced` is the size of the value `key` holds now,
+    /// if any. The one check of every storage a plugin writes (the `services`
+    /// storage and a component's `host.storage-*`); the refusal names the limit.
+    ///
+    /// # Errors
+    /// The refusal, naming the plugin or key and the limit.
+    pub fn check_storage_write(
+        plugin: &str,
+        key: &str,
+        value_bytes: usize,
+        replaced: Option<usize>,
+        keys: usize,
+        bytes: usize,
+    ) -> Result<(), String> {
+        if value_bytes > STORAGE_VALUE_BYTES {
+            return Err(format!(
+                "storage value `{key:.80}` is {value_bytes} bytes; a value may hold at most {STORAGE_VALUE_BYTES} bytes"
+            ));
+        }
+        if replaced.is_none() && keys >= STORAGE_KEYS {
+            return Err(format!("plugin '{plugin}' has {keys} storage keys already, the most it may keep"));
+        }
+        // A write that does not grow the storage passes (a storage over the
+        // quota, written before it existed, can still shrink).
+        let after = bytes.saturating_sub(replaced.unwrap_or(0)).saturating_add(value_bytes);
+        if after > STORAGE_PLUGIN_BYTES && value_bytes > replaced.unwrap_or(0) {
+            return Err(format!(
+                "plugin '{plugin}' would keep {after} bytes of storage values; the most it may keep is \
+                 {STORAGE_PLUGIN_BYTES} bytes"
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// A refused service call: a JSON-RPC error code and a message naming what
@@ -424,20 +462,17 @@ impl PluginServices {
                     "storage.get" => Ok(storage.get(scope, key).cloned().unwrap_or(Value::Null)),
                     "storage.set" => {
                         let value = p.get("value").cloned().unwrap_or(Value::Null);
-                        let size = serde_json::to_vec(&value).map(|v| v.len()).unwrap_or(0);
-                        if size > quota::STORAGE_VALUE_BYTES {
-                            return Err(ServiceError::service(format!(
-                                "storage value `{key}` is {size} bytes; a value may hold at most {} bytes",
-                                quota::STORAGE_VALUE_BYTES
-                            )));
-                        }
-                        if storage.get(scope, key).is_none() && storage.len() >= quota::STORAGE_KEYS {
-                            return Err(ServiceError::service(format!(
-                                "plugin '{}' has {} storage keys already, the most it may keep",
-                                self.name,
-                                quota::STORAGE_KEYS
-                            )));
-                        }
+                        let size = |v: &Value| serde_json::to_vec(v).map_or(0, |v| v.len());
+                        let replaced = storage.get(scope, key).map(size);
+                        quota::check_storage_write(
+                            &self.name,
+                            key,
+                            size(&value),
+                            replaced,
+                            storage.len(),
+                            storage.bytes(),
+                        )
+                        .map_err(ServiceError::service)?;
                         storage.set(scope, key, value).map(|()| Value::Null).map_err(ServiceError::service)
                     }
                     _ => storage.delete(scope, key).map(Value::Bool).map_err(ServiceError::service),
@@ -633,6 +668,15 @@ mod tests {
         run(&a, "vfs.write", json!({"path": "/plugins/a/f0", "content": "replaced"})).unwrap();
         let huge = json!({"key": "k", "value": "x".repeat(quota::STORAGE_VALUE_BYTES + 1)});
         assert!(run(&a, "storage.set", huge).unwrap_err().message.contains("at most"));
+        // The plugin's total: a new value past it is refused, replacing one
+        // counts only the difference.
+        let full = quota::STORAGE_PLUGIN_BYTES - 10;
+        let err = quota::check_storage_write("a", "k", 11, None, 5, full).unwrap_err();
+        assert!(err.contains(&format!("the most it may keep is {}", quota::STORAGE_PLUGIN_BYTES)), "{err}");
+        quota::check_storage_write("a", "k", 11, Some(1), 5, full).unwrap();
+        quota::check_storage_write("a", "k", 5, Some(6), 5, 2 * full).unwrap();
+        let err = quota::check_storage_write("a", "k", 1, None, quota::STORAGE_KEYS, 0).unwrap_err();
+        assert!(err.contains("storage keys already"), "{err}");
 
         let err = run(&a, "vfs.wirte", json!({})).unwrap_err();
         assert_eq!(err.code, code::METHOD_NOT_FOUND);

@@ -68,6 +68,13 @@ impl Storage {
         self.spaces.global.len() + self.spaces.sessions.values().map(BTreeMap::len).sum::<usize>()
     }
 
+    /// Bytes of all values, as JSON, in every scope (what the storage quota counts).
+    pub fn bytes(&self) -> usize {
+        let size = |v: &Value| serde_json::to_vec(v).map_or(0, |v| v.len());
+        let spaces = std::iter::once(&self.spaces.global).chain(self.spaces.sessions.values());
+        spaces.flat_map(BTreeMap::values).map(size).sum()
+    }
+
     /// Whether it holds nothing.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -41,6 +41,10 @@ pub enum HookError {
     /// A component plugin could not load or its call trapped.
     #[error("component plugin {0}")]
     Component(String),
+    /// A component's reply (or one host call's arguments) was more than the
+    /// host takes in.
+    #[error("component plugin {0}")]
+    ComponentReply(#[from] crate::runner::wasm::ReplyTooLarge),
 }
 
 impl HookError {

@@ -67,6 +67,44 @@ impl Plugin for Hostile {
                 let _ = ctxhost_sdk::host::storage_delete("never-set");
                 report(format!("{set:?} {:?}", got.map(|b| String::from_utf8_lossy(&b).into_owned())))
             }
+            "storage-flood" => {
+                // A 10 MB value, then 20,000 keys: how far does the host let it go?
+                let big = ctxhost_sdk::host::storage_set("big", &vec![7u8; 10_000_000]);
+                let (mut kept, mut refusal) = (0u32, None);
+                for i in 0..20_000u32 {
+                    match ctxhost_sdk::host::storage_set(&format!("k{i}"), b"v") {
+                        Ok(()) => kept += 1,
+                        Err(e) => {
+                            refusal.get_or_insert(e);
+                        }
+                    }
+                }
+                report(format!("big: {}; kept {kept} keys; refusal: {refusal:?}", outcome(big)))
+            }
+            "storage-long-key" => report(outcome(ctxhost_sdk::host::storage_set(&"k".repeat(200), b"v"))),
+            order if order.starts_with("memories:") => {
+                // Many tiny memories: cheap in the guest, costly as host objects.
+                let n: usize = order[9..].parse().unwrap_or(0);
+                Ok((0..n).map(|_| Memory { content: "m".into(), tags: Vec::new() }).collect())
+            }
+            order if order.starts_with("huge-string:") => report("x".repeat(order[12..].parse().unwrap_or(0))),
+            order if order.starts_with("tcp:") => {
+                use std::io::Write;
+                let connected = std::net::TcpStream::connect(("127.0.0.1", order[4..].parse().unwrap_or(9)));
+                report(outcome(connected.and_then(|mut s| s.write_all(b"smuggled"))))
+            }
+            order if order.starts_with("udp:") => {
+                let port: u16 = order[4..].parse().unwrap_or(9);
+                let sent = std::net::UdpSocket::bind("127.0.0.1:0").and_then(|s| s.send_to(b"smuggled", ("127.0.0.1", port)));
+                report(outcome(sent))
+            }
+            "noisy-panic" => {
+                // Fill the captured stderr first, so the cause comes last.
+                for i in 0..1_000 {
+                    eprintln!("noise line {i:04}: {}", "=".repeat(80));
+                }
+                panic!("the cause, after the noise")
+            }
             order if order.starts_with("work:") => {
                 // Bounded CPU work, for the fuel benchmark.
                 let rounds: u64 = order[5..].parse().unwrap_or(0);

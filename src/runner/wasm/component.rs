@@ -4,12 +4,20 @@
 //! deadline and memory limits. A store is never reused, so a trap cannot
 //! poison a later call.
 //!
-//! Capabilities: the WASI context has no arguments, no environment, no
-//! preopened directory and no network; stdout is discarded, stderr is
-//! captured (a guest panic's message comes from there). Host services are the
-//! `host` interface of the world: log, config, per-plugin storage (a cap-std
-//! `Dir` on the plugin's data dir; keys become hex file names, so no key can
-//! name a path), events.
+//! Capabilities: the WASI context has no arguments, no environment but the
+//! manifest's, preopens only for the granted dirs, and no network (TCP, UDP
+//! and name lookups refused explicitly); stdout and stderr keep their last
+//! 64 KiB (a guest panic's message comes from there; an error carries only
+//! its last lines). Host services are the `host` interface of the world: log,
+//! config, per-plugin storage (a cap-std `Dir` on the plugin's data dir; keys
+//! become hex file names, so no key can name a path; held to
+//! `services::quota`, the one storage quota), events.
+//!
+//! What a guest hands the host is bounded before it becomes host objects: one
+//! lift (a reply, a host call's arguments) by the store's hostcall fuel, a
+//! reply's items and text by `convert`'s budget, an agent-loop reply's JSON
+//! text by the script stdout cap. Compiled code is loaded from the `.cwasm`
+//! cache only through descriptors checked and read once (`cache`).
 //!
 //! Two worlds load here: `context-plugin` (the context hooks) and
 //! `agent-plugin` (also the `agent` export — `describe-agent` at load,
@@ -32,15 +40,14 @@ use wasmtime::component::{Component, HasSelf, Instance, InstancePre, Linker, Res
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits, StoreLimitsBuilder, Trap,
 };
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::agent::ctxhost::plugin::services;
 use super::bindings::agent::exports::ctxhost::plugin::agent::GuestIndices as AgentIndices;
 use super::bindings::ctxhost::plugin::{host, types as wit};
 use super::bindings::{ContextPlugin, ContextPluginIndices};
-use super::convert;
-use crate::agent::services::{CallContext, PluginServices};
+use super::convert::{self, Budget, ReplyTooLarge};
+use crate::agent::services::{CallContext, PluginServices, quota};
 use crate::manifest::{AgentDecl, DirGrant, DirMode};
 use crate::protocol::{HookName, HookRequest};
 use crate::runner::HookError;
@@ -57,14 +64,17 @@ const KEEP_RESIDENT: usize = 256 << 10;
 /// it: both streams are captured and go to tracing (target `plugin_stderr`,
 /// as a script's stderr does), and stderr also explains a panic.
 struct GuestOutput {
-    stdout: MemoryOutputPipe,
-    stderr: MemoryOutputPipe,
+    stdout: TailPipe,
+    stderr: TailPipe,
 }
 
 impl GuestOutput {
     fn log(&self, plugin: &str) {
         for (stream, pipe) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
-            let bytes = pipe.contents();
+            let (bytes, dropped) = pipe.contents();
+            if dropped > 0 {
+                tracing::info!(target: "plugin_stderr", plugin, stream, "[{dropped} earlier bytes dropped]");
+            }
             for line in String::from_utf8_lossy(&bytes).lines().filter(|l| !l.trim().is_empty()) {
                 tracing::info!(target: "plugin_stderr", plugin, stream, "{line}");
             }
@@ -72,8 +82,100 @@ impl GuestOutput {
     }
 }
 
-/// Captured guest output per stream, per call.
+/// Captured guest output per stream, per call: the last this many bytes.
 const STDERR_CAP: usize = 64 * 1024;
+
+/// A guest output stream that keeps its last `cap` bytes: a guest never sees
+/// it full (writes always succeed), and what it wrote last — a panic's cause
+/// — is what is kept.
+#[derive(Clone)]
+struct TailPipe {
+    cap: usize,
+    kept: Arc<std::sync::Mutex<(std::collections::VecDeque<u8>, usize)>>,
+}
+
+impl TailPipe {
+    fn new(cap: usize) -> TailPipe {
+        TailPipe { cap, kept: Arc::default() }
+    }
+
+    fn push(&self, bytes: &[u8]) {
+        let mut kept = self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (buf, dropped) = &mut *kept;
+        let skip = bytes.len().saturating_sub(self.cap);
+        buf.extend(&bytes[skip..]);
+        let over = buf.len().saturating_sub(self.cap);
+        buf.drain(..over);
+        *dropped += skip + over;
+    }
+
+    /// The bytes kept, and how many earlier ones were dropped.
+    fn contents(&self) -> (Vec<u8>, usize) {
+        let kept = self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        (kept.0.iter().copied().collect(), kept.1)
+    }
+}
+
+impl wasmtime_wasi::cli::IsTerminal for TailPipe {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl wasmtime_wasi::cli::StdoutStream for TailPipe {
+    fn p2_stream(&self) -> Box<dyn wasmtime_wasi::p2::OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+impl wasmtime_wasi::p2::OutputStream for TailPipe {
+    fn write(&mut self, bytes: bytes::Bytes) -> Result<(), wasmtime_wasi::p2::StreamError> {
+        self.push(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), wasmtime_wasi::p2::StreamError> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> Result<usize, wasmtime_wasi::p2::StreamError> {
+        Ok(self.cap)
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl wasmtime_wasi::p2::Pollable for TailPipe {
+    async fn ready(&mut self) {}
+}
+
+impl tokio::io::AsyncWrite for TailPipe {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.push(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
 
 /// The limits and grants of every call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,6 +240,8 @@ pub struct State {
     plugin: String,
     config: Map<String, Value>,
     data_dir: PathBuf,
+    /// What the `host.storage-*` storage holds (the runner's, shared).
+    storage_usage: SharedUsage,
     /// The host services of the `services` import, for this call.
     services: ServiceCall,
 }
@@ -337,9 +441,58 @@ impl State {
     }
 }
 
+/// What a component's `host.storage-*` storage holds: counted from its files
+/// at the runner's first storage call, then kept as values are written and
+/// removed (under one lock, so concurrent calls cannot both take the last
+/// key). The data dir is the plugin's own; a reload counts afresh.
+#[derive(Debug, Clone, Copy)]
+struct StorageUsage {
+    keys: usize,
+    bytes: usize,
+}
+
+/// The usage of one runner's storage, shared by its calls.
+type SharedUsage = Arc<std::sync::Mutex<Option<StorageUsage>>>;
+
+/// The storage files (`kv-…`) in `dir`: how many, and their bytes.
+fn scan_storage(dir: &cap_std::fs::Dir) -> Result<StorageUsage, String> {
+    let mut usage = StorageUsage { keys: 0, bytes: 0 };
+    for entry in dir.entries().map_err(|e| format!("storage unavailable: {e}"))? {
+        let entry = entry.map_err(|e| format!("storage unavailable: {e}"))?;
+        if !entry.file_name().to_string_lossy().starts_with(KEY_PREFIX) {
+            continue;
+        }
+        let meta = entry.metadata().map_err(|e| format!("storage unavailable: {e}"))?;
+        if meta.is_file() {
+            usage.keys += 1;
+            usage.bytes = usage.bytes.saturating_add(usize::try_from(meta.len()).unwrap_or(usize::MAX));
+        }
+    }
+    Ok(usage)
+}
+
+/// The size of the value stored in `file`, if there is one.
+fn stored_size(dir: &cap_std::fs::Dir, file: &str) -> Option<usize> {
+    let meta = dir.symlink_metadata(file).ok()?;
+    meta.is_file().then(|| usize::try_from(meta.len()).unwrap_or(usize::MAX))
+}
+
+const KEY_PREFIX: &str = "kv-";
+
+/// The longest storage key: its file name (`kv-` and two hex digits a
+/// byte) must fit the 255-byte file-name limit.
+pub const STORAGE_KEY_BYTES: usize = (255 - KEY_PREFIX.len()) / 2;
+
 /// A storage key as a file name: hex, so it can never be a path.
-fn key_file(key: &str) -> String {
-    format!("kv-{}", hex::encode(key.as_bytes()))
+fn key_file(key: &str) -> Result<String, String> {
+    if key.len() > STORAGE_KEY_BYTES {
+        return Err(format!(
+            "storage key of {} bytes is too long: a key may hold at most {STORAGE_KEY_BYTES} bytes \
+             (it is stored as a file name)",
+            key.len()
+        ));
+    }
+    Ok(format!("{KEY_PREFIX}{}", hex::encode(key.as_bytes())))
 }
 
 impl host::Host for State {
@@ -359,17 +512,49 @@ impl host::Host for State {
     }
 
     fn storage_get(&mut self, key: String) -> Option<Vec<u8>> {
-        self.storage().ok()?.read(key_file(&key)).ok()
+        self.storage().ok()?.read(key_file(&key).ok()?).ok()
     }
 
+    /// Held to the storage quota of `services` ([`quota::check_storage_write`]).
     fn storage_set(&mut self, key: String, value: Vec<u8>) -> Result<(), String> {
-        self.storage()?.write(key_file(&key), value).map_err(|e| e.to_string())
+        let file = key_file(&key)?;
+        let dir = self.storage()?;
+        let mut shared = self.storage_usage.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let usage = match *shared {
+            Some(usage) => usage,
+            None => *shared.insert(scan_storage(&dir)?),
+        };
+        let replaced = stored_size(&dir, &file);
+        quota::check_storage_write(&self.plugin, &key, value.len(), replaced, usage.keys, usage.bytes)?;
+        match dir.write(&file, &value) {
+            Ok(()) => {
+                *shared = Some(StorageUsage {
+                    keys: usage.keys + usize::from(replaced.is_none()),
+                    bytes: usage.bytes.saturating_sub(replaced.unwrap_or(0)) + value.len(),
+                });
+                Ok(())
+            }
+            Err(e) => {
+                *shared = None; // a partial write: count again next time
+                Err(format!("storage key `{key}`: {e}"))
+            }
+        }
     }
 
     fn storage_delete(&mut self, key: String) -> Result<(), String> {
-        match self.storage()?.remove_file(key_file(&key)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.to_string()),
-            _ => Ok(()),
+        let file = key_file(&key)?;
+        let dir = self.storage()?;
+        let mut shared = self.storage_usage.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let replaced = stored_size(&dir, &file);
+        match dir.remove_file(&file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(format!("storage key `{key}`: {e}")),
+            _ => {
+                if let (Some(usage), Some(size)) = (shared.as_mut(), replaced) {
+                    usage.keys = usage.keys.saturating_sub(1);
+                    usage.bytes = usage.bytes.saturating_sub(size);
+                }
+                Ok(())
+            }
         }
     }
 
@@ -390,6 +575,8 @@ pub struct ComponentRunner {
     limits: Limits,
     config: Map<String, Value>,
     data_dir: PathBuf,
+    /// What the `host.storage-*` storage holds, shared by every call.
+    storage_usage: SharedUsage,
     from_cache: bool,
     /// The host services of the `services` import; the last attached wins.
     services: ArcSwapOption<PluginServices>,
@@ -408,8 +595,16 @@ const AGENT_EXPORT: &str = "ctxhost:plugin/agent@0.1.0";
 /// and the runtime a waiting service call finishes on.
 #[derive(Default)]
 struct CallEnv {
+    /// The export called (`ingest`, `describe`, …), for errors.
+    export: &'static str,
     agent_id: Option<String>,
     runtime: Option<tokio::runtime::Handle>,
+}
+
+impl CallEnv {
+    fn export(export: &'static str) -> CallEnv {
+        CallEnv { export, ..CallEnv::default() }
+    }
 }
 
 /// Reads `describe-agent`'s JSON: the agent-loop hooks it lists and the
@@ -520,16 +715,18 @@ impl ComponentRunner {
             limits,
             config,
             data_dir,
+            storage_usage: SharedUsage::default(),
             from_cache,
             services: ArcSwapOption::empty(),
         };
         let timeout_ms = runner.limits.timeout_ms;
-        let description = runner.with_context(timeout_ms, CallEnv::default(), |p, s| p.call_describe(s))?;
+        let description = runner.with_context(timeout_ms, CallEnv::export("describe"), |p, s| p.call_describe(s))?;
         runner.hooks = description.hooks.into_iter().map(hook_of).collect();
         if let Some(indices) = agent {
-            let text = runner.with_instance(timeout_ms, CallEnv::default(), |instance, store| {
+            let text = runner.with_instance(timeout_ms, CallEnv::export("describe-agent"), |instance, store| {
                 indices.load(&mut *store, instance)?.call_describe_agent(store)
             })?;
+            check_agent_reply("describe-agent", &text)?;
             let (hooks, decl) = read_describe_agent(&text).map_err(|m| fail(format!("plugin '{name}': {m}")))?;
             runner.hooks.extend(hooks);
             runner.agent = Some(AgentExport { indices, decl });
@@ -565,10 +762,13 @@ impl ComponentRunner {
     }
 
     fn store(&self, timeout_ms: u64, env: CallEnv) -> Result<(Store<State>, GuestOutput), HookError> {
-        let output =
-            GuestOutput { stdout: MemoryOutputPipe::new(STDERR_CAP), stderr: MemoryOutputPipe::new(STDERR_CAP) };
+        let output = GuestOutput { stdout: TailPipe::new(STDERR_CAP), stderr: TailPipe::new(STDERR_CAP) };
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(output.stdout.clone()).stderr(output.stderr.clone());
+        // No network, said explicitly rather than left to wasmtime's defaults:
+        // no TCP, no UDP, no name lookups, and no address passes the check.
+        wasi.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
+        wasi.socket_addr_check(|_, _| Box::pin(async { false }));
         for (k, v) in &self.limits.env {
             wasi.env(k, v);
         }
@@ -596,6 +796,7 @@ impl ComponentRunner {
             plugin: self.name.clone(),
             config: self.config.clone(),
             data_dir: self.data_dir.clone(),
+            storage_usage: self.storage_usage.clone(),
             services: ServiceCall {
                 services: self.services.load_full(),
                 context: CallContext { agent_id: env.agent_id },
@@ -607,6 +808,9 @@ impl ComponentRunner {
         store.limiter(|s| &mut s.limits);
         // Fails only on an engine without fuel metering (benchmarks): fine.
         let _ = store.set_fuel(self.limits.fuel);
+        // What one lift (a reply, a host call's arguments) may allocate in
+        // the host, checked before it is allocated.
+        store.set_hostcall_fuel(convert::REPLY_BYTES);
         store.set_epoch_deadline(timeout_ms.max(1));
         Ok((store, output))
     }
@@ -619,10 +823,15 @@ impl ComponentRunner {
         env: CallEnv,
         f: impl FnOnce(&Instance, &mut Store<State>) -> wasmtime::Result<T>,
     ) -> Result<T, HookError> {
+        let export = env.export;
         let (mut store, output) = self.store(timeout_ms, env)?;
         let result = self.pre.instantiate(&mut store).and_then(|instance| f(&instance, &mut store));
         output.log(&self.name);
         result.map_err(|e| {
+            // wasmtime's (private) error for data past the hostcall fuel.
+            if format!("{e:#}").contains("fuel allocated for hostcalls has been exhausted") {
+                return ReplyTooLarge::Lifted { hook: export, limit: convert::REPLY_BYTES }.into();
+            }
             let used = self.limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
             HookError::Component(explain_trap(&e, used, timeout_ms, self.limits.memory_mb, &output.stderr))
         })
@@ -662,7 +871,12 @@ impl ComponentRunner {
         runtime: Option<tokio::runtime::Handle>,
     ) -> Result<Value, HookError> {
         use serde_json::json;
-        let env = || CallEnv { agent_id: request.agent_id().map(str::to_owned), runtime: runtime.clone() };
+        let env = || CallEnv {
+            export: request.hook().as_str(),
+            agent_id: request.agent_id().map(str::to_owned),
+            runtime: runtime.clone(),
+        };
+        let budget = || Budget::new(request.hook().as_str());
         let failed = |e: wit::HookError| match e {
             wit::HookError::NotImplemented => None,
             wit::HookError::Failed(m) => Some(HookError::Component(format!("the plugin failed: {m}"))),
@@ -670,7 +884,7 @@ impl ComponentRunner {
         macro_rules! answer {
             ($call:expr, $ok:expr, $neutral:expr) => {
                 match self.with_context(timeout_ms, env(), $call)? {
-                    Ok(v) => Ok($ok(v)),
+                    Ok(v) => $ok(v),
                     Err(e) => match failed(e) {
                         Some(err) => Err(err),
                         None => Ok($neutral),
@@ -685,7 +899,7 @@ impl ComponentRunner {
                     stable_prefix_mode: r.stable_prefix_mode,
                     max_recall_results: r.max_recall_results,
                 };
-                answer!(|p, s| p.call_bootstrap(s, req), |()| json!({"type": "ok"}), json!({"type": "ok"}))
+                answer!(|p, s| p.call_bootstrap(s, req), |()| Ok(json!({"type": "ok"})), json!({"type": "ok"}))
             }
             HookRequest::Ingest(r) => {
                 let req = wit::IngestRequest {
@@ -693,7 +907,11 @@ impl ComponentRunner {
                     message: r.message.clone(),
                     peer_id: r.peer_id.clone(),
                 };
-                answer!(|p, s| p.call_ingest(s, &req), convert::ingest_json, json!({"memories": []}))
+                answer!(
+                    |p, s| p.call_ingest(s, &req),
+                    |m| convert::ingest_json(m).map_err(HookError::from),
+                    json!({"memories": []})
+                )
             }
             HookRequest::Assemble(r) => {
                 let req = wit::AssembleRequest {
@@ -704,7 +922,9 @@ impl ComponentRunner {
                 };
                 answer!(
                     |p, s| p.call_assemble(s, &req),
-                    |ms| json!({"messages": convert::messages_from_wit(ms)}),
+                    |ms| convert::messages_from_wit(ms, &mut budget())
+                        .map(|ms| json!({"messages": ms}))
+                        .map_err(HookError::from),
                     json!({"messages": []})
                 )
             }
@@ -721,16 +941,20 @@ impl ComponentRunner {
                         recommendation: convert::recommendation_to_wit(r.token_pressure.recommendation),
                     },
                 };
-                let reply = |c: wit::CompactReply| match c {
-                    wit::CompactReply::Compacted(c) => {
-                        json!({"messages": convert::messages_from_wit(c.messages), "summary": c.summary})
-                    }
-                    wit::CompactReply::RequestLlmSummary(d) => json!({"request_llm_summary": {
-                        "prompt": d.prompt,
-                        "summarize": convert::messages_from_wit(d.summarize),
-                        "keep": convert::messages_from_wit(d.keep),
-                        "max_tokens": d.max_tokens,
-                    }}),
+                let reply = |c: wit::CompactReply| -> Result<Value, HookError> {
+                    let mut budget = budget();
+                    Ok(match c {
+                        wit::CompactReply::Compacted(c) => {
+                            let messages = convert::messages_from_wit(c.messages, &mut budget)?;
+                            json!({"messages": messages, "summary": c.summary})
+                        }
+                        wit::CompactReply::RequestLlmSummary(d) => json!({"request_llm_summary": {
+                            "prompt": d.prompt,
+                            "summarize": convert::messages_from_wit(d.summarize, &mut budget)?,
+                            "keep": convert::messages_from_wit(d.keep, &mut budget)?,
+                            "max_tokens": d.max_tokens,
+                        }}),
+                    })
                 };
                 answer!(|p, s| p.call_compact(s, &req), reply, json!({"messages": []}))
             }
@@ -739,7 +963,11 @@ impl ComponentRunner {
                     agent_id: r.agent_id.clone(),
                     messages: convert::messages_to_wit(&r.messages),
                 };
-                answer!(|p, s| p.call_after_turn(s, &req), convert::after_turn_json, json!({"type": "ok"}))
+                answer!(
+                    |p, s| p.call_after_turn(s, &req),
+                    |m| convert::after_turn_json(m).map_err(HookError::from),
+                    json!({"type": "ok"})
+                )
             }
             HookRequest::TransformToolResult(r) => {
                 let req = wit::TransformRequest {
@@ -752,16 +980,24 @@ impl ComponentRunner {
                 };
                 answer!(
                     |p, s| p.call_transform_tool_result(s, &req),
-                    |t: Option<String>| t.map_or_else(|| json!({}), |t| json!({"content": t})),
+                    |t: Option<String>| Ok(t.map_or_else(|| json!({}), |t| json!({"content": t}))),
                     json!({})
                 )
             }
             HookRequest::PrepareSubagent(r) | HookRequest::MergeSubagent(r) => {
                 let req = wit::SubagentRequest { parent_id: r.parent_id.clone(), child_id: r.child_id.clone() };
                 if matches!(request, HookRequest::PrepareSubagent(_)) {
-                    answer!(|p, s| p.call_prepare_subagent(s, &req), |()| json!({"type": "ok"}), json!({"type": "ok"}))
+                    answer!(
+                        |p, s| p.call_prepare_subagent(s, &req),
+                        |()| Ok(json!({"type": "ok"})),
+                        json!({"type": "ok"})
+                    )
                 } else {
-                    answer!(|p, s| p.call_merge_subagent(s, &req), |()| json!({"type": "ok"}), json!({"type": "ok"}))
+                    answer!(
+                        |p, s| p.call_merge_subagent(s, &req),
+                        |()| Ok(json!({"type": "ok"})),
+                        json!({"type": "ok"})
+                    )
                 }
             }
             HookRequest::OnEvent(_) => Ok(json!({"type": "ok"})),
@@ -794,7 +1030,7 @@ impl ComponentRunner {
             agent.indices.load(&mut *store, instance)?.call_handle(store, hook.as_str(), &line)
         })?;
         match reply {
-            Ok(text) => serde_json::from_str(&text).map_err(|e| {
+            Ok(text) => serde_json::from_str(check_agent_reply(hook.as_str(), &text)?).map_err(|e| {
                 HookError::Component(format!(
                     "'{}' answered `{hook}` with text that is not JSON ({e}): {text:.200}",
                     self.name
@@ -810,32 +1046,40 @@ impl ComponentRunner {
 /// `cache_dir` (`<sha256 of the component>-<engine compatibility>.cwasm`).
 ///
 /// Loading precompiled code runs it as-is, so only files this host wrote are
-/// loaded: each `.cwasm` has a `.sha256` beside it written in the same step,
-/// both must belong to this user and be writable by no one else, and the
+/// loaded: the cache dir must belong to this user and be writable by no one
+/// else (else nothing is loaded from it nor written to it); each `.cwasm` has
+/// a `.sha256` beside it written in the same step; both are opened once,
+/// without following a symlink, checked through that descriptor (a regular
+/// file of this user, writable by no one else) and read from it; and the
 /// hash must match. Anything else is ignored and recompiled over.
 fn compile(engine: &Engine, bytes: &[u8], cache_dir: Option<&Path>) -> Result<(Component, bool), String> {
     use sha2::{Digest, Sha256};
     use std::hash::{Hash, Hasher};
-    let Some(cache_dir) = cache_dir else {
-        return Component::new(engine, bytes).map(|c| (c, false)).map_err(|e| format!("cannot compile it: {e:#}"));
-    };
+    let compile = || Component::new(engine, bytes).map_err(|e| format!("cannot compile it: {e:#}"));
+    let Some(cache_dir) = cache_dir else { return compile().map(|c| (c, false)) };
     let mut compat = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut compat);
     let key = format!("{}-{:016x}", &hex::encode(Sha256::digest(bytes))[..40], compat.finish());
-    let cwasm = cache_dir.join(format!("{key}.cwasm"));
-    let stamp = cache_dir.join(format!("{key}.sha256"));
-    if let Some(code) = trusted_cache_file(&cwasm, &stamp) {
+    let (cwasm, stamp) = (format!("{key}.cwasm"), format!("{key}.sha256"));
+    let dir = match cache::open_dir(cache_dir) {
+        Ok(dir) => dir,
+        Err(why) => {
+            tracing::warn!("not using the compile cache `{}`: {why}", cache_dir.display());
+            return compile().map(|c| (c, false));
+        }
+    };
+    if let Some(code) = cache::trusted_file(&dir, &cwasm, &stamp) {
         // SAFETY: `code` is a serialized component this host wrote (see
-        // `trusted_cache_file`) for an engine with this compatibility hash.
+        // `cache::trusted_file`) for an engine with this compatibility hash.
         if let Ok(component) = unsafe { Component::deserialize(engine, &code) } {
             return Ok((component, true));
         }
     }
-    let component = Component::new(engine, bytes).map_err(|e| format!("cannot compile it: {e:#}"))?;
+    let component = compile()?;
     if let Ok(code) = component.serialize() {
-        let written = std::fs::create_dir_all(cache_dir)
-            .and_then(|()| crate::home::Home::write_atomic(&cwasm, &code))
-            .and_then(|()| crate::home::Home::write_atomic(&stamp, hex::encode(Sha256::digest(&code)).as_bytes()));
+        let written = crate::home::Home::write_atomic(&cache_dir.join(&cwasm), &code).and_then(|()| {
+            crate::home::Home::write_atomic(&cache_dir.join(&stamp), hex::encode(Sha256::digest(&code)).as_bytes())
+        });
         if let Err(e) = written {
             tracing::debug!("could not cache the compiled component in `{}`: {e}", cache_dir.display());
         }
@@ -843,22 +1087,94 @@ fn compile(engine: &Engine, bytes: &[u8], cache_dir: Option<&Path>) -> Result<(C
     Ok((component, false))
 }
 
-/// The bytes of a cache file this host wrote: owned by this user, writable
-/// by no one else, and matching its `.sha256` stamp.
-fn trusted_cache_file(cwasm: &Path, stamp: &Path) -> Option<Vec<u8>> {
-    use sha2::{Digest, Sha256};
-    use std::os::unix::fs::MetadataExt;
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
-    for file in [cwasm, stamp] {
-        let meta = std::fs::symlink_metadata(file).ok()?;
-        if !meta.is_file() || meta.uid() != me || meta.mode() & 0o022 != 0 {
+/// The `.cwasm` cache's trust checks, on descriptors: what is checked is what
+/// is read.
+mod cache {
+    use std::ffi::CString;
+    use std::fs::File;
+    use std::io::Read;
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+    use std::path::Path;
+
+    /// Mode bits that let the group or others write.
+    const OTHERS_WRITE: u32 = 0o022;
+
+    /// The largest file read from the cache (a compiled component is a few MiB).
+    const MAX_FILE: u64 = 1 << 30;
+
+    fn euid() -> u32 {
+        // SAFETY: geteuid has no preconditions.
+        unsafe { libc::geteuid() }
+    }
+
+    /// `dir` (made `0755` when missing), opened; refused when another user
+    /// owns it or the group or others may write to it (they could swap its
+    /// files between check and use).
+    pub(super) fn open_dir(dir: &Path) -> Result<File, String> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir)
+            .map_err(|e| format!("cannot create it: {e}"))?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(dir)
+            .map_err(|e| format!("cannot open it: {e}"))?;
+        let meta = file.metadata().map_err(|e| format!("cannot stat it: {e}"))?;
+        if meta.uid() != euid() {
+            return Err(format!("it belongs to uid {}, not to this user (uid {})", meta.uid(), euid()));
+        }
+        if meta.mode() & OTHERS_WRITE != 0 {
+            return Err(format!(
+                "its group or others may write to it (mode {:o}); `chmod go-w` it",
+                meta.mode() & 0o7777
+            ));
+        }
+        Ok(file)
+    }
+
+    /// The bytes of `name` in `dir`, opened once without following a symlink
+    /// (nor blocking on a FIFO): a regular file of this user that no one else
+    /// may write, no larger than [`MAX_FILE`].
+    fn read_own(dir: &File, name: &str) -> Option<Vec<u8>> {
+        let name = CString::new(Path::new(name).as_os_str().as_bytes()).ok()?;
+        let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
+        // SAFETY: `dir` is an open directory and `name` a NUL-terminated path.
+        let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) };
+        if fd < 0 {
             return None;
         }
+        // SAFETY: `fd` was just opened and is owned by nothing else.
+        let mut file = unsafe { File::from_raw_fd(fd) };
+        let meta = file.metadata().ok()?;
+        if !meta.is_file() || meta.uid() != euid() || meta.mode() & OTHERS_WRITE != 0 || meta.len() > MAX_FILE {
+            return None;
+        }
+        let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).ok()?);
+        file.by_ref().take(MAX_FILE).read_to_end(&mut bytes).ok()?;
+        Some(bytes)
     }
-    let code = std::fs::read(cwasm).ok()?;
-    let expected = std::fs::read_to_string(stamp).ok()?;
-    (hex::encode(Sha256::digest(&code)) == expected.trim()).then_some(code)
+
+    /// The code of `cwasm` when it matches its `stamp` (a sha256 in hex), both
+    /// read through [`read_own`].
+    pub(super) fn trusted_file(dir: &File, cwasm: &str, stamp: &str) -> Option<Vec<u8>> {
+        use sha2::{Digest, Sha256};
+        let code = read_own(dir, cwasm)?;
+        let expected = read_own(dir, stamp)?;
+        (hex::encode(Sha256::digest(&code)).as_bytes() == expected.trim_ascii()).then_some(code)
+    }
+}
+
+/// `text` when it is within [`convert::AGENT_REPLY_BYTES`]: JSON text becomes
+/// host objects many times its size.
+fn check_agent_reply<'a>(export: &'static str, text: &'a str) -> Result<&'a str, ReplyTooLarge> {
+    if text.len() > convert::AGENT_REPLY_BYTES {
+        return Err(ReplyTooLarge::Bytes { hook: export, limit: convert::AGENT_REPLY_BYTES });
+    }
+    Ok(text)
 }
 
 /// The component-model layer byte of the binary header tells a component
@@ -898,15 +1214,37 @@ fn describe_link_error(e: &wasmtime::Error) -> String {
     )
 }
 
+/// The most of a guest's stderr an error carries: its last lines, where a
+/// panic's cause is.
+const STDERR_IN_ERROR: usize = 1024;
+
+/// The end of `text`, at most `max` bytes (cut at a char boundary, `…` first
+/// when cut).
+fn tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("…{}", &text[start..])
+}
+
+/// What a panic said: the lines from the last `panicked at` on (a guest may
+/// print anything before it), without the backtrace hint, on one line and
+/// bounded by [`STDERR_IN_ERROR`] (keeping the end, the cause).
+fn panic_text(stderr: &str) -> Option<String> {
+    let lines: Vec<&str> = stderr.lines().collect();
+    let start = lines.iter().rposition(|l| l.contains(" panicked at "))?;
+    let said = lines[start..].iter().filter(|l| !l.starts_with("note:")).copied().collect::<Vec<_>>().join(" ");
+    Some(tail(&said, STDERR_IN_ERROR))
+}
+
 /// Errors a user can act on: out of fuel, deadline, memory, guest panic.
-fn explain_trap(
-    e: &wasmtime::Error,
-    fuel_used: u64,
-    timeout_ms: u64,
-    memory_mb: u64,
-    stderr: &MemoryOutputPipe,
-) -> String {
-    let guest_said = String::from_utf8_lossy(&stderr.contents()).trim().to_owned();
+fn explain_trap(e: &wasmtime::Error, fuel_used: u64, timeout_ms: u64, memory_mb: u64, stderr: &TailPipe) -> String {
+    let guest_said = String::from_utf8_lossy(&stderr.contents().0).trim().to_owned();
+    let panic = panic_text(&guest_said);
     match e.downcast_ref::<Trap>() {
         Some(Trap::OutOfFuel) => format!("out of fuel after {fuel_used} units"),
         Some(Trap::Interrupt) => format!("deadline of {timeout_ms} ms exceeded"),
@@ -917,19 +1255,18 @@ fn explain_trap(
             "out-of-bounds memory access (in a Rust guest usually a stack overflow from too deep a recursion)"
                 .to_owned()
         }
-        Some(Trap::UnreachableCodeReached) if guest_said.contains("panicked") => {
-            format!(
-                "guest panic: {}",
-                guest_said.lines().filter(|l| !l.starts_with("note:")).collect::<Vec<_>>().join(" ")
-            )
-        }
+        Some(Trap::UnreachableCodeReached) if panic.is_some() => format!("guest panic: {}", panic.unwrap_or_default()),
         _ if format!("{e:#}").contains("memory") && format!("{e:#}").contains("grow") => {
             format!("memory limit of {memory_mb} MiB exceeded")
         }
         trap => {
             // A trap's own name, not the wasm backtrace around it.
             let base = trap.map_or_else(|| format!("{e:#}"), |t| format!("trap: {t}"));
-            if guest_said.is_empty() { base } else { format!("{base}; guest stderr: {guest_said}") }
+            if guest_said.is_empty() {
+                base
+            } else {
+                format!("{base}; guest stderr: {}", tail(&guest_said, STDERR_IN_ERROR))
+            }
         }
     }
 }
@@ -960,5 +1297,39 @@ impl crate::runner::Runner for ComponentHandle {
 
     fn attach_services(&self, services: Arc<PluginServices>) {
         self.0.attach_services(services);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guest_output_keeps_its_last_bytes_and_counts_the_rest() {
+        let pipe = TailPipe::new(8);
+        pipe.push(b"0123");
+        pipe.push(b"456789");
+        assert_eq!(pipe.contents(), (b"23456789".to_vec(), 2));
+        pipe.push(b"a very long write");
+        assert_eq!(pipe.contents(), (b"ng write".to_vec(), 2 + 8 + 9));
+    }
+
+    #[test]
+    fn a_panic_is_told_by_its_last_lines_within_the_bound() {
+        let noise = "noise\n".repeat(500);
+        let stderr = format!("{noise}thread '<unnamed>' panicked at src/lib.rs:1:1:\nthe cause\nnote: run with …");
+        assert_eq!(panic_text(&stderr).unwrap(), "thread '<unnamed>' panicked at src/lib.rs:1:1: the cause");
+        let long = format!("x panicked at y:\n{}é the end", "é".repeat(2000));
+        let told = panic_text(&long).unwrap();
+        assert!(told.len() <= STDERR_IN_ERROR + "…".len() && told.ends_with("é the end"), "{told}");
+        assert_eq!(panic_text("no panic here"), None);
+    }
+
+    #[test]
+    fn storage_keys_longer_than_a_file_name_allows_are_refused() {
+        let longest = "k".repeat(STORAGE_KEY_BYTES);
+        assert_eq!(key_file(&longest).unwrap().len(), 255);
+        let err = key_file(&format!("{longest}k")).unwrap_err();
+        assert!(err.contains(&format!("at most {STORAGE_KEY_BYTES} bytes")), "{err}");
     }
 }

@@ -1,10 +1,76 @@
 //! Between the wire types of [`crate::protocol`] and the WIT types of the
 //! component world. Opaque JSON (tool input, unknown fields) travels as text.
+//!
+//! A reply is converted under a [`Budget`]: each list item and each string is
+//! counted before its host object is built, and the call fails with
+//! [`ReplyTooLarge`] naming the limit once the reply would pass it. (Lifting
+//! the reply out of the guest is bounded before that by the store's hostcall
+//! fuel, [`REPLY_BYTES`].) This module never keeps or logs a reply.
 
 use serde_json::{Map, Value};
 
 use super::bindings::ctxhost::plugin::types as wit;
 use crate::protocol as wire;
+
+/// The most bytes of text one component reply may carry into the host (and
+/// the hostcall fuel its lifting may use: list items count at their host size).
+pub const REPLY_BYTES: usize = 16 * 1024 * 1024;
+
+/// The most list items (memories, tags, messages, blocks) one component
+/// reply may carry into the host.
+pub const REPLY_ITEMS: usize = 100_000;
+
+/// The most bytes of an agent-loop reply (JSON text, parsed into host
+/// objects): a script plugin's stdout cap.
+pub const AGENT_REPLY_BYTES: usize = crate::runner::process::DEFAULT_OUTPUT_CAP;
+
+/// A component reply the host refused to take in whole.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplyTooLarge {
+    #[error(
+        "its `{hook}` reply holds more than {limit} items (memories, tags, messages and blocks); \
+         a reply may hold at most {limit} items"
+    )]
+    Items { hook: &'static str, limit: usize },
+    #[error("its `{hook}` reply holds more than {limit} bytes of text; a reply may hold at most {limit} bytes")]
+    Bytes { hook: &'static str, limit: usize },
+    #[error(
+        "its `{hook}` call would pass more than {limit} bytes into the host at once (its reply, or one host \
+         call's arguments; list items count at their host size); at most {limit} bytes may pass"
+    )]
+    Lifted { hook: &'static str, limit: usize },
+}
+
+/// What is left of one reply's [`REPLY_ITEMS`] and [`REPLY_BYTES`].
+#[derive(Debug)]
+pub struct Budget {
+    hook: &'static str,
+    items: usize,
+    bytes: usize,
+}
+
+impl Budget {
+    pub fn new(hook: &'static str) -> Budget {
+        Budget { hook, items: REPLY_ITEMS, bytes: REPLY_BYTES }
+    }
+
+    /// Takes `n` list items.
+    fn items(&mut self, n: usize) -> Result<(), ReplyTooLarge> {
+        self.items = self.items.checked_sub(n).ok_or(ReplyTooLarge::Items { hook: self.hook, limit: REPLY_ITEMS })?;
+        Ok(())
+    }
+
+    /// Takes the bytes of `text`.
+    fn text(&mut self, text: &str) -> Result<(), ReplyTooLarge> {
+        self.bytes =
+            self.bytes.checked_sub(text.len()).ok_or(ReplyTooLarge::Bytes { hook: self.hook, limit: REPLY_BYTES })?;
+        Ok(())
+    }
+
+    fn texts<'a>(&mut self, texts: impl IntoIterator<Item = &'a str>) -> Result<(), ReplyTooLarge> {
+        texts.into_iter().try_for_each(|t| self.text(t))
+    }
+}
 
 pub fn role_to_wit(role: &wire::Role) -> wit::Role {
     match role {
@@ -47,6 +113,22 @@ fn block_to_wit(block: &wire::Block) -> wit::Block {
         // Unknown blocks, and known ones with fields the WIT cannot carry,
         // travel whole as JSON so nothing is lost.
         other => wit::Block::Unknown(serde_json::to_string(other).unwrap_or_default()),
+    }
+}
+
+/// The strings of `block`.
+fn block_texts(block: &wit::Block) -> Vec<&str> {
+    match block {
+        wit::Block::Text(t) | wit::Block::Thinking(t) | wit::Block::Unknown(t) => vec![t],
+        wit::Block::Image(i) => vec![&i.media_type, &i.data],
+        wit::Block::ImageFile(i) => vec![&i.media_type, &i.path],
+        wit::Block::ToolUse(u) => vec![&u.id, &u.name, &u.input],
+        wit::Block::ToolResult(r) => {
+            let mut texts = vec![r.tool_use_id.as_str(), &r.content];
+            texts.extend(r.tool_name.as_deref());
+            texts.extend(r.status.as_deref());
+            texts
+        }
     }
 }
 
@@ -98,7 +180,23 @@ pub fn message_to_wit(m: &wire::Message) -> wit::Message {
     wit::Message { role: role_to_wit(&m.role), content, pinned: m.pinned, extra }
 }
 
-pub fn message_from_wit(m: wit::Message) -> wire::Message {
+/// Counts the blocks and strings of `m` against `budget` (the message itself
+/// is counted with its list).
+fn count_message(m: &wit::Message, budget: &mut Budget) -> Result<(), ReplyTooLarge> {
+    if let wit::Role::Other(role) = &m.role {
+        budget.text(role)?;
+    }
+    budget.texts(m.extra.as_deref())?;
+    match &m.content {
+        wit::Content::Text(t) => budget.text(t),
+        wit::Content::Blocks(bs) => {
+            budget.items(bs.len())?;
+            bs.iter().try_for_each(|b| budget.texts(block_texts(b)))
+        }
+    }
+}
+
+fn message_from_wit(m: wit::Message) -> wire::Message {
     let content = match m.content {
         wit::Content::Text(t) => wire::Content::Text(t),
         wit::Content::Blocks(bs) => wire::Content::Blocks(bs.into_iter().map(block_from_wit).collect()),
@@ -119,8 +217,14 @@ pub fn messages_to_wit(ms: &[wire::Message]) -> Vec<wit::Message> {
     ms.iter().map(message_to_wit).collect()
 }
 
-pub fn messages_from_wit(ms: Vec<wit::Message>) -> Vec<wire::Message> {
-    ms.into_iter().map(message_from_wit).collect()
+/// `ms` as wire messages, each counted against `budget` before it is built.
+///
+/// # Errors
+/// The reply would pass the budget.
+pub fn messages_from_wit(ms: Vec<wit::Message>, budget: &mut Budget) -> Result<Vec<wire::Message>, ReplyTooLarge> {
+    budget.items(ms.len())?;
+    ms.iter().try_for_each(|m| count_message(m, budget))?;
+    Ok(ms.into_iter().map(message_from_wit).collect())
 }
 
 pub fn recommendation_to_wit(r: wire::Recommendation) -> wit::Recommendation {
@@ -132,8 +236,15 @@ pub fn recommendation_to_wit(r: wire::Recommendation) -> wit::Recommendation {
     }
 }
 
-fn memory_items(memories: Vec<wit::Memory>) -> Vec<Value> {
-    memories
+/// `memories` as JSON items, counted against `budget` before any is built.
+fn memory_items(memories: Vec<wit::Memory>, budget: &mut Budget) -> Result<Vec<Value>, ReplyTooLarge> {
+    budget.items(memories.len())?;
+    for m in &memories {
+        budget.items(m.tags.len())?;
+        budget.text(&m.content)?;
+        budget.texts(m.tags.iter().map(String::as_str))?;
+    }
+    Ok(memories
         .into_iter()
         .map(|m| {
             if m.tags.is_empty() {
@@ -142,21 +253,29 @@ fn memory_items(memories: Vec<wit::Memory>) -> Vec<Value> {
                 serde_json::json!({"content": m.content, "tags": m.tags})
             }
         })
-        .collect()
+        .collect())
 }
 
 /// An ingest answer as the JSON a script plugin prints (LibreFang's shape).
-pub fn ingest_json(memories: Vec<wit::Memory>) -> Value {
-    serde_json::json!({"type": "ingest_result", "memories": memory_items(memories)})
+///
+/// # Errors
+/// The reply would pass [`REPLY_ITEMS`] or [`REPLY_BYTES`].
+pub fn ingest_json(memories: Vec<wit::Memory>) -> Result<Value, ReplyTooLarge> {
+    let items = memory_items(memories, &mut Budget::new("ingest"))?;
+    Ok(serde_json::json!({"type": "ingest_result", "memories": items}))
 }
 
 /// An after_turn answer as a script plugin prints it: `{"type":"ok"}`, with
 /// `memories` when there are any to store.
-pub fn after_turn_json(memories: Vec<wit::Memory>) -> Value {
+///
+/// # Errors
+/// The reply would pass [`REPLY_ITEMS`] or [`REPLY_BYTES`].
+pub fn after_turn_json(memories: Vec<wit::Memory>) -> Result<Value, ReplyTooLarge> {
     if memories.is_empty() {
-        serde_json::json!({"type": "ok"})
+        Ok(serde_json::json!({"type": "ok"}))
     } else {
-        serde_json::json!({"type": "ok", "memories": memory_items(memories)})
+        let items = memory_items(memories, &mut Budget::new("after_turn"))?;
+        Ok(serde_json::json!({"type": "ok", "memories": items}))
     }
 }
 
@@ -177,7 +296,30 @@ mod tests {
             {"role": "critic", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "ok", "is_error": false}], "pinned": false}
         ]);
         let messages: Vec<wire::Message> = serde_json::from_value(json.clone()).unwrap();
-        let back = messages_from_wit(messages_to_wit(&messages));
+        let back = messages_from_wit(messages_to_wit(&messages), &mut Budget::new("assemble")).unwrap();
         assert_eq!(serde_json::to_value(&back).unwrap(), json);
+    }
+
+    #[test]
+    fn a_reply_past_the_budget_is_refused_naming_the_limit() {
+        let message = |text: String| wit::Message {
+            role: wit::Role::User,
+            content: wit::Content::Blocks(vec![wit::Block::Text(text)]),
+            pinned: false,
+            extra: None,
+        };
+        // Messages and blocks count alike: half the items as messages is all.
+        let half: Vec<_> = (0..REPLY_ITEMS / 2).map(|_| message(String::new())).collect();
+        assert_eq!(messages_from_wit(half.clone(), &mut Budget::new("assemble")).unwrap().len(), REPLY_ITEMS / 2);
+        let mut over = half;
+        over.push(message(String::new()));
+        let err = messages_from_wit(over, &mut Budget::new("assemble")).unwrap_err();
+        assert_eq!(err, ReplyTooLarge::Items { hook: "assemble", limit: REPLY_ITEMS });
+        assert!(err.to_string().contains("`assemble` reply") && err.to_string().contains("at most 100000 items"));
+
+        let err = messages_from_wit(vec![message("x".repeat(REPLY_BYTES + 1))], &mut Budget::new("compact"));
+        assert_eq!(err.unwrap_err(), ReplyTooLarge::Bytes { hook: "compact", limit: REPLY_BYTES });
+        let tags = vec![wit::Memory { content: String::new(), tags: vec![String::new(); REPLY_ITEMS] }];
+        assert!(matches!(ingest_json(tags), Err(ReplyTooLarge::Items { hook: "ingest", .. })));
     }
 }

@@ -8,6 +8,8 @@ pub mod component;
 mod convert;
 pub mod core_module;
 
+pub use convert::{AGENT_REPLY_BYTES, REPLY_BYTES, REPLY_ITEMS, ReplyTooLarge};
+
 use serde_json::Value;
 
 use crate::runner::{CallOptions, HookError};
