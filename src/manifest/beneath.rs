@@ -43,7 +43,9 @@ pub struct BeneathError {
 pub enum Refusal {
     #[error("it does not exist")]
     NotFound,
-    #[error("`{0}` is a symbolic link; ctxhost reads a plugin's files only beneath its directory and never through a link")]
+    #[error(
+        "`{0}` is a symbolic link; ctxhost reads a plugin's files only beneath its directory and never through a link"
+    )]
     Symlink(String),
     #[error("`..` or an absolute path leaves the plugin directory")]
     Traversal,
@@ -83,10 +85,8 @@ impl Root {
         let fail = |reason| BeneathError { path: dir.to_owned(), reason };
         let c = cstring(dir.as_os_str()).map_err(|e| fail(Refusal::Io(e)))?;
         // SAFETY: a valid NUL-terminated path; the fd returned is owned below.
-        let fd = retry(|| unsafe {
-            libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
-        })
-        .map_err(|e| fail(io_refusal(e)))?;
+        let fd = retry(|| unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) })
+            .map_err(|e| fail(io_refusal(e)))?;
         Ok(Root { fd, path: dir.to_owned() })
     }
 
@@ -237,7 +237,8 @@ fn read_capped(file: File, limit: u64) -> Result<Vec<u8>, Refusal> {
 }
 
 fn cstring(s: &OsStr) -> std::io::Result<CString> {
-    CString::new(s.as_bytes()).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path holds a NUL byte"))
+    CString::new(s.as_bytes())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path holds a NUL byte"))
 }
 
 /// Runs an fd-returning call again on `EINTR`; takes ownership of the fd.

@@ -193,11 +193,10 @@ pub(crate) fn raw_facts(dir: &Path) -> (String, String) {
             .unwrap_or_else(|| "0.1.0".to_owned());
         return (version, "python".to_owned());
     }
-    let Some(table) =
-        crate::manifest::beneath::Root::open(dir)
-            .and_then(|root| root.read_to_string(Path::new(MANIFEST_FILE), crate::manifest::beneath::MANIFEST_LIMIT))
-            .ok()
-            .and_then(|t| toml::from_str::<toml::Table>(&t).ok())
+    let Some(table) = crate::manifest::beneath::Root::open(dir)
+        .and_then(|root| root.read_to_string(Path::new(MANIFEST_FILE), crate::manifest::beneath::MANIFEST_LIMIT))
+        .ok()
+        .and_then(|t| toml::from_str::<toml::Table>(&t).ok())
     else {
         return (String::new(), "unknown".to_owned());
     };

@@ -347,7 +347,10 @@ pub(crate) async fn assets(State(state): State<Arc<AppState>>) -> JsonReply {
                 for f in files {
                     let rel = f.trim_start_matches('/');
                     if !root.as_ref().is_some_and(|r| r.is_file(std::path::Path::new(rel))) {
-                        tracing::debug!("plugin '{}': frontend asset `{rel}` is not a file beneath its frontend/", p.name);
+                        tracing::debug!(
+                            "plugin '{}': frontend asset `{rel}` is not a file beneath its frontend/",
+                            p.name
+                        );
                         continue;
                     }
                     let path = format!("/faust/plugins/{}/frontend/{rel}", p.name);
@@ -389,10 +392,8 @@ pub(crate) async fn frontend(
     }
     let plugins_dir = state.home.plugins_dir().to_owned();
     let file = std::path::PathBuf::from(&path);
-    let read = tokio::task::spawn_blocking(move || {
-        frontend_root(&plugins_dir, &id)?.read(&file, FRONTEND_FILE_LIMIT)
-    })
-    .await;
+    let read =
+        tokio::task::spawn_blocking(move || frontend_root(&plugins_dir, &id)?.read(&file, FRONTEND_FILE_LIMIT)).await;
     match read {
         Ok(Ok(bytes)) => {
             ([(axum::http::header::CONTENT_TYPE, content_type(std::path::Path::new(&path)))], bytes).into_response()

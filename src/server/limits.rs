@@ -71,8 +71,11 @@ pub(crate) async fn guard(State(state): State<Arc<AppState>>, request: Request, 
 
 async fn buffer_and_run(limits: &RequestLimits, request: Request, next: Next) -> Response {
     let (parts, mut body) = request.into_parts();
-    let declared =
-        parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
     if let Some(n) = declared {
         if n > limits.max_body {
             return too_large(limits);
