@@ -12,8 +12,10 @@
 //! - `GET /metrics` (Prometheus text, [`prometheus`]) and `GET /healthz`.
 //!
 //! Every request body is parsed here, so bad JSON is a 400 that says what is
-//! wrong, never a 500 ([`body`]). A bearer token guards the mutating routes,
-//! and binding beyond loopback without one is refused ([`auth`]). Reloads
+//! wrong, never a 500 ([`body`]). A bearer token guards the mutating routes
+//! and doctor, and binding beyond loopback without one is refused ([`auth`]).
+//! Connections are capped and timed out ([`conn`]); bodies are capped per
+//! request and in total, requests timed out ([`limits`]). Reloads
 //! swap a layer atomically: calls under way finish on the old plugin
 //! ([`reload`]); `--watch` triggers them on file changes ([`watch`]).
 //!

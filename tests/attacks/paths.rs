@@ -83,20 +83,23 @@ fn the_frontend_route_serves_nothing_through_a_link_or_dot_dot() {
 /// The attacker: plugins whose plugin.toml is a symlink — to a file outside
 /// whose first line is a secret (`/etc/shadow`-like, not TOML), to a valid
 /// TOML file outside carrying a secret `version`, and to another plugin's
-/// manifest. Then the plugin list and doctor report it, over HTTP (no token
+/// manifest; and a FaustBot plugin whose plugin.json is a link to a JSON
+/// file outside carrying a secret `version`. Then the plugin list and doctor report it, over HTTP (no token
 /// needed for `GET /api/plugins`) and on the command line. Must hold: no
 /// output shows the secret text, each such plugin is listed with an error
-/// naming its plugin.toml and the link, and it is not loaded (no hooks).
+/// naming its manifest file and the link, and it is not loaded (no hooks).
 #[test]
 fn a_plugin_toml_that_is_a_link_is_refused_unread() {
     let shadow_secret = "S3CRET-HASH-e1f2a9";
     let toml_secret = "SECRET-IN-TOML-9f8e";
+    let json_secret = "SECRET-IN-JSON-41d0";
     let outside = tempfile::tempdir().unwrap();
     write(&outside.path().join("shadow"), &format!("root:$6${shadow_secret}:19000:0:99999:7:::\nbin:*:19000::::::\n"));
     write(
         &outside.path().join("valid.toml"),
         &format!("name = \"tomllink\"\nversion = \"{toml_secret}\"\n[hooks]\nruntime = \"bash\"\n"),
     );
+    write(&outside.path().join("valid.json"), &json!({"id": "jsonlink", "version": json_secret}).to_string());
     let site = Site::new();
     let victim = site.plugin_dir("victim");
     write(&victim.join("hooks/ingest.sh"), "#!/bin/bash\necho '{\"type\":\"ingest_result\",\"memories\":[]}'\n");
@@ -112,15 +115,23 @@ fn a_plugin_toml_that_is_a_link_is_refused_unread() {
     link("shadowlink", &outside.path().join("shadow"));
     link("tomllink", &outside.path().join("valid.toml"));
     link("copycat", &victim.join("plugin.toml"));
+    write(&site.plugin_dir("jsonlink").join("impl.py"), "def get_plugin():\n    return None\n");
+    symlink(outside.path().join("valid.json"), site.plugin_dir("jsonlink").join("plugin.json")).unwrap();
 
     let check_list = |what: &str, list: &serde_json::Value| {
         let text = list.to_string();
         assert_absent(shadow_secret, what, &text);
         assert_absent(toml_secret, what, &text);
-        for name in ["shadowlink", "tomllink", "copycat"] {
+        assert_absent(json_secret, what, &text);
+        for (name, file) in [
+            ("shadowlink", "plugin.toml"),
+            ("tomllink", "plugin.toml"),
+            ("copycat", "plugin.toml"),
+            ("jsonlink", "plugin.json"),
+        ] {
             let entry = list.as_array().unwrap().iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("{name}"));
             let error = entry["error"].as_str().unwrap_or_else(|| panic!("{what}: {name} loaded: {entry}"));
-            assert!(error.contains("plugin.toml") && error.contains("symbolic link"), "{what}: {error}");
+            assert!(error.contains(file) && error.contains("symbolic link"), "{what}: {error}");
             assert_eq!(entry["hooks"], json!([]), "{what}: {entry}");
         }
         let victim = list.as_array().unwrap().iter().find(|p| p["name"] == "victim").unwrap();
@@ -134,9 +145,11 @@ fn a_plugin_toml_that_is_a_link_is_refused_unread() {
     let doctor = d.get("/api/plugins/doctor");
     assert_absent(shadow_secret, "GET /api/plugins/doctor", &doctor.body);
     assert_absent(toml_secret, "GET /api/plugins/doctor", &doctor.body);
+    assert_absent(json_secret, "GET /api/plugins/doctor", &doctor.body);
     let (_, stderr) = d.stop();
     assert_absent(shadow_secret, "the daemon's log", &stderr);
     assert_absent(toml_secret, "the daemon's log", &stderr);
+    assert_absent(json_secret, "the daemon's log", &stderr);
 
     let run = |args: &[&str]| {
         let out = crate::util::ctxhost().arg("--home").arg(site.home()).args(args).output().unwrap();
@@ -149,6 +162,7 @@ fn a_plugin_toml_that_is_a_link_is_refused_unread() {
         let output = format!("{stdout}{stderr}");
         assert_absent(shadow_secret, &args.join(" "), &output);
         assert_absent(toml_secret, &args.join(" "), &output);
+        assert_absent(json_secret, &args.join(" "), &output);
         assert!(output.contains("symbolic link"), "{}: says why\n{output}", args.join(" "));
     }
 }
