@@ -51,6 +51,7 @@ pub(crate) async fn serve(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(Duration::from_secs(limits.header_timeout_secs)).keep_alive(true);
     let mut last_warning: Option<Instant> = None;
+    let mut last_refusal_warning: Option<Instant> = None;
     tokio::pin!(shutdown);
     loop {
         let stream = tokio::select! {
@@ -71,6 +72,13 @@ pub(crate) async fn serve(
             },
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if last_refusal_warning.is_none_or(|at| at.elapsed() > Duration::from_secs(10)) {
+                tracing::warn!(
+                    "{} connections are open (`[server] max_connections`): refusing new ones with 503",
+                    limits.max_connections
+                );
+                last_refusal_warning = Some(Instant::now());
+            }
             if let Ok(refusal) = refusals.clone().try_acquire_owned() {
                 tokio::spawn(async move {
                     refuse(stream).await;
