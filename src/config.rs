@@ -110,13 +110,74 @@ pub struct MemoryConfig {
 }
 
 /// `[server]`: `ctxhost serve`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct ServerConfig {
     /// Bearer token guarding the mutating routes (`--token` and `CTXHOST_TOKEN` win).
     pub token: Option<String>,
     /// Address to bind (`--addr` wins) [default: 127.0.0.1:4545].
     pub addr: Option<String>,
+    /// Open connections at most; one more is answered 503 and closed [default: 1024].
+    pub max_connections: usize,
+    /// A connection must send a whole request head within this many seconds
+    /// of opening or of its previous response, else it is closed: bounds slow
+    /// headers and idle keep-alive connections alike [default: 10].
+    pub header_timeout_secs: u64,
+    /// A request (reading its body and answering it) taking longer is
+    /// answered 503 [default: 300].
+    pub request_timeout_secs: u64,
+    /// A request body larger than this is refused with 413 [default: 16 MiB].
+    pub max_body_bytes: u64,
+    /// Request bodies held in memory at once, all requests together; a body
+    /// that does not fit is refused with 503 [default: 128 MiB].
+    pub max_body_bytes_in_flight: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            token: None,
+            addr: None,
+            max_connections: 1024,
+            header_timeout_secs: 10,
+            request_timeout_secs: 300,
+            max_body_bytes: 16 * 1024 * 1024,
+            max_body_bytes_in_flight: 128 * 1024 * 1024,
+        }
+    }
+}
+
+const SERVER_KEYS: &[&str] = &[
+    "token",
+    "addr",
+    "max_connections",
+    "header_timeout_secs",
+    "request_timeout_secs",
+    "max_body_bytes",
+    "max_body_bytes_in_flight",
+];
+
+impl ServerConfig {
+    /// The limits must be usable: every one positive, a body fits the budget.
+    fn check(&self) -> Result<(), String> {
+        let positive = [
+            ("max_connections", self.max_connections as u64),
+            ("header_timeout_secs", self.header_timeout_secs),
+            ("request_timeout_secs", self.request_timeout_secs),
+            ("max_body_bytes", self.max_body_bytes),
+            ("max_body_bytes_in_flight", self.max_body_bytes_in_flight),
+        ];
+        if let Some((key, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("`server.{key}` must be greater than 0"));
+        }
+        if self.max_body_bytes > self.max_body_bytes_in_flight {
+            return Err(format!(
+                "`server.max_body_bytes` ({}) must not exceed `server.max_body_bytes_in_flight` ({})",
+                self.max_body_bytes, self.max_body_bytes_in_flight
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// `[sandbox]`: the script sandbox (spec section 6).
@@ -201,7 +262,12 @@ impl HostConfig {
         if let Some(toml::Value::Table(engine)) = table.get_mut("context_engine") {
             drop_unknown(engine, ENGINE_KEYS, "context_engine.", file, &mut warnings);
         }
-        let config = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| fail(e.to_string()))?;
+        if let Some(toml::Value::Table(server)) = table.get_mut("server") {
+            drop_unknown(server, SERVER_KEYS, "server.", file, &mut warnings);
+        }
+        let config: HostConfig =
+            toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| fail(e.to_string()))?;
+        config.server.check().map_err(fail)?;
         Ok((config, warnings))
     }
 }
@@ -259,6 +325,18 @@ mod tests {
             w[0].ends_with("`context_engine.max_recal_results` is ignored; did you mean `max_recall_results`?"),
             "{w:?}"
         );
+
+        std::fs::write(&file, "[server]\nmax_connections = 8\nmax_body_bytes = 1024\nmax_conections = 3\n").unwrap();
+        let (c, w) = HostConfig::load(&file).unwrap();
+        assert_eq!((c.server.max_connections, c.server.max_body_bytes), (8, 1024));
+        assert_eq!(c.server.header_timeout_secs, 10);
+        assert!(w[0].ends_with("`server.max_conections` is ignored; did you mean `max_connections`?"), "{w:?}");
+        std::fs::write(&file, "[server]\nmax_body_bytes = 2048\nmax_body_bytes_in_flight = 1024\n").unwrap();
+        let err = HostConfig::load(&file).unwrap_err().to_string();
+        assert!(err.contains("`server.max_body_bytes` (2048) must not exceed"), "{err}");
+        std::fs::write(&file, "[server]\nheader_timeout_secs = 0\n").unwrap();
+        let err = HostConfig::load(&file).unwrap_err().to_string();
+        assert!(err.ends_with("`server.header_timeout_secs` must be greater than 0"), "{err}");
 
         std::fs::write(&file, "allowed_env_vars = [\n").unwrap();
         let err = HostConfig::load(&file).unwrap_err().to_string();

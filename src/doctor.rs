@@ -1,10 +1,15 @@
 //! The runtime and plugin report of spec section 4 (`ctxhost doctor`, `GET
 //! /api/plugins/doctor`). Field names are LibreFang's; ctxhost adds `error`
 //! and `missing_binaries` to plugin entries so a broken one says why.
+//!
+//! The runtime probes (one `--version` process per runtime) are cached per
+//! process for [`PROBE_TTL`]: the HTTP route must not let a request flood
+//! start processes. Plugins are loaded afresh on every report.
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -14,6 +19,10 @@ use crate::runner::process::{Launcher, find_on_path, probe, runtime_info};
 
 /// How long one `--version` probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the runtime probes' answers are reused (per process): a flood of
+/// doctor requests starts each runtime's probe at most once per this time.
+pub const PROBE_TTL: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, Serialize)]
 pub struct RuntimeStatus {
@@ -72,13 +81,31 @@ impl DoctorReport {
 /// launcher resolution), so the report cannot disagree with a real call.
 pub fn report(cx: &LoadContext<'_>) -> DoctorReport {
     let path = (cx.host_env)("PATH");
-    let runtimes: Vec<RuntimeStatus> = std::thread::scope(|s| {
-        let probes: Vec<_> =
-            Runtime::BUILT_IN.iter().map(|rt| s.spawn(|| probe_runtime(rt, path.as_deref()))).collect();
-        probes.into_iter().filter_map(|h| h.join().ok()).collect()
-    });
+    let runtimes = runtimes(path.as_deref());
     let plugins = plugin_dirs(cx.home.plugins_dir()).iter().map(|dir| check_plugin(dir, cx)).collect();
     DoctorReport { runtimes, plugins, sandbox: sandbox_status(cx) }
+}
+
+/// Every built-in runtime's status, probed in parallel — or the answer of a
+/// probe of the same `PATH` less than [`PROBE_TTL`] ago. Concurrent callers
+/// wait for one probe run instead of starting their own.
+fn runtimes(path: Option<&std::ffi::OsStr>) -> Vec<RuntimeStatus> {
+    type Cached = Option<(Instant, Option<std::ffi::OsString>, Vec<RuntimeStatus>)>;
+    static CACHE: Mutex<Cached> = Mutex::new(None);
+    // A probe that panicked leaves nothing half-written worth refusing.
+    let mut cache = CACHE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((at, cached_path, statuses)) = cache.as_ref()
+        && at.elapsed() < PROBE_TTL
+        && cached_path.as_deref() == path
+    {
+        return statuses.clone();
+    }
+    let statuses: Vec<RuntimeStatus> = std::thread::scope(|s| {
+        let probes: Vec<_> = Runtime::BUILT_IN.iter().map(|rt| s.spawn(|| probe_runtime(rt, path))).collect();
+        probes.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
+    *cache = Some((Instant::now(), path.map(ToOwned::to_owned), statuses.clone()));
+    statuses
 }
 
 /// The sandbox features of this machine, as hooks started by this process get them.

@@ -30,7 +30,8 @@ Routes:
   POST /api/plugins/{name}/test-hook     {\"hook\",\"input\"}: run one hook of one plugin
   GET  /api/context-engine/metrics       per-hook counters (204 without plugins)
   GET  /metrics, GET /healthz
-POST routes need `Authorization: Bearer <token>` when a token is set.
+POST routes and doctor need `Authorization: Bearer <token>` when a token is set.
+Connection, time and body limits: `[server]` in config.toml (README, config section).
 
 Examples:
   ctxhost serve

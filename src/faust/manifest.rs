@@ -50,6 +50,16 @@ pub struct PluginJson {
 const KNOWN: [&str; 10] =
     ["id", "name", "version", "description", "author", "homepage", "enabled", "entry", "permissions", "priority"];
 
+/// The text of `<dir>/plugin.json`, read beneath `dir` and never through a
+/// link (a plugin.json linked to a file outside is refused unread).
+///
+/// # Errors
+/// Missing, a link, not a regular file, too large or not UTF-8.
+pub fn read_plugin_json(dir: &Path) -> Result<String, crate::manifest::beneath::BeneathError> {
+    use crate::manifest::beneath::{MANIFEST_LIMIT, Root};
+    Root::open(dir)?.read_to_string(Path::new(PLUGIN_JSON), MANIFEST_LIMIT)
+}
+
 impl PluginJson {
     /// Reads `<dir>/plugin.json`; the plugin is known by the directory's name.
     ///
@@ -63,7 +73,8 @@ impl PluginJson {
             key: key.map(str::to_owned),
             reason,
         };
-        let text = std::fs::read_to_string(&file).map_err(|e| fail(None, format!("cannot read it: {e}")))?;
+        // Beneath the plugin dir, never through a link (see `manifest::beneath`).
+        let text = read_plugin_json(dir).map_err(|e| fail(None, e.reason.to_string()))?;
         let raw: Value = serde_json::from_str(&text).map_err(|e| fail(None, format!("not valid JSON: {e}")))?;
         let Value::Object(raw) = raw else {
             return Err(fail(None, format!("must be a JSON object, not {}", crate::protocol::json_kind(&raw))));

@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 pub enum ManifestErrorKind {
     #[error("cannot read it: {0}")]
     Read(#[source] std::io::Error),
+    /// Not read: a link, `..`, not a regular file, too large, missing (see [`super::beneath`]).
+    #[error("{0}")]
+    Refused(#[source] super::beneath::Refusal),
     /// TOML syntax; the message carries the line and column.
     #[error("{0}")]
     Syntax(String),

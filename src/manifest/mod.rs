@@ -10,6 +10,7 @@
 //! rule, and a mismatch is warned about.
 
 mod agent;
+pub mod beneath;
 mod config;
 mod error;
 mod reader;
@@ -185,8 +186,13 @@ impl Manifest {
     pub fn load_with_access(dir: &Path, env: &EnvSource<'_>) -> Result<Loaded, ManifestError> {
         let file = dir.join(MANIFEST_FILE);
         let fail = |key: Option<&str>, kind| ManifestError::new(&file, key, kind);
-        let text = std::fs::read_to_string(&file).map_err(|e| fail(None, ManifestErrorKind::Read(e)))?;
         let canonical = dir.canonicalize().map_err(|e| fail(None, ManifestErrorKind::Read(e)))?;
+        // Beneath the plugin dir and never through a link: a plugin.toml that
+        // is a link (to /etc/shadow, to another plugin's manifest) is refused
+        // before a byte of it is read, so no error can show its content.
+        let text = beneath::Root::open(&canonical)
+            .and_then(|root| root.read_to_string(Path::new(MANIFEST_FILE), beneath::MANIFEST_LIMIT))
+            .map_err(|e| fail(None, ManifestErrorKind::Refused(e.reason)))?;
         let table: toml::Table = toml::from_str(&text)
             .map_err(|e| fail(None, ManifestErrorKind::Syntax(e.to_string().trim_end().to_owned())))?;
         // The name of the directory as given (a symlinked plugin dir is known
@@ -491,7 +497,9 @@ fn check_integrity(dir: &Path, entries: &BTreeMap<String, String>) -> Result<(),
     for (rel, expected) in entries {
         let key = format!("integrity.\"{rel}\"");
         let path = check_hook_path(dir, rel).map_err(|e| (key.clone(), ManifestErrorKind::HookPath(e)))?;
-        let bytes = std::fs::read(&path).map_err(|e| (key.clone(), ManifestErrorKind::Read(e)))?;
+        // The checked path, read without following a link swapped in since.
+        let bytes = beneath::read_no_symlinks(&path, u64::MAX)
+            .map_err(|e| (key.clone(), ManifestErrorKind::Refused(e.reason)))?;
         let actual = hex::encode(Sha256::digest(&bytes));
         if !actual.eq_ignore_ascii_case(expected.trim()) {
             return Err((key, ManifestErrorKind::Integrity { path: rel.clone(), expected: expected.clone(), actual }));

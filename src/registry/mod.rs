@@ -132,7 +132,7 @@ fn default_enabled(home: &Home, name: &str) -> bool {
     if !crate::faust::is_faust_plugin(&dir) {
         return true;
     }
-    std::fs::read_to_string(dir.join(crate::faust::PLUGIN_JSON))
+    crate::faust::manifest::read_plugin_json(&dir)
         .ok()
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
         .and_then(|v| v.get("enabled").and_then(serde_json::Value::as_bool))
@@ -194,15 +194,17 @@ fn describe(name: &str, dir: &Path, enabled: bool, cx: &LoadContext<'_>) -> (Plu
 /// (for a plugin that fails to load): `""` and `"unknown"` when it cannot.
 pub(crate) fn raw_facts(dir: &Path) -> (String, String) {
     if crate::faust::is_faust_plugin(dir) {
-        let version = std::fs::read_to_string(dir.join(crate::faust::PLUGIN_JSON))
+        let version = crate::faust::manifest::read_plugin_json(dir)
             .ok()
             .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
             .and_then(|v| v.get("version").and_then(|v| v.as_str()).map(str::to_owned))
             .unwrap_or_else(|| "0.1.0".to_owned());
         return (version, "python".to_owned());
     }
-    let Some(table) =
-        std::fs::read_to_string(dir.join(MANIFEST_FILE)).ok().and_then(|t| toml::from_str::<toml::Table>(&t).ok())
+    let Some(table) = crate::manifest::beneath::Root::open(dir)
+        .and_then(|root| root.read_to_string(Path::new(MANIFEST_FILE), crate::manifest::beneath::MANIFEST_LIMIT))
+        .ok()
+        .and_then(|t| toml::from_str::<toml::Table>(&t).ok())
     else {
         return (String::new(), "unknown".to_owned());
     };

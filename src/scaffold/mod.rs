@@ -22,6 +22,10 @@ use std::path::{Path, PathBuf};
 
 use crate::manifest::{Runtime, validate_name};
 
+/// A scaffolded plugin's name is at most this long (it names a directory,
+/// a data dir and a staging dir with a prefix, within the file system's 255).
+pub const MAX_NAME_LEN: usize = 64;
+
 /// What to scaffold: the HTTP route's body (`{"name","description"?,"runtime"?}`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ScaffoldRequest<'a> {
@@ -40,6 +44,8 @@ pub enum ScaffoldError {
     /// The spec's text (section 1).
     #[error("Invalid plugin name '{0}': must contain only ASCII letters, digits, hyphens, and underscores")]
     InvalidName(String),
+    #[error("Invalid plugin name: it is {len} characters long; at most {MAX_NAME_LEN} are allowed")]
+    NameTooLong { len: usize },
     #[error("unknown runtime '{tag}'{hint} Valid runtimes: {valid}", hint = runtime_hint(tag))]
     UnknownRuntime { tag: String, valid: String },
     #[error("failed to write `{}`", path.display())]
@@ -213,6 +219,9 @@ pub fn valid_runtimes() -> String {
 pub fn scaffold(plugins_dir: &Path, request: &ScaffoldRequest<'_>) -> Result<PathBuf, ScaffoldError> {
     let name = request.name;
     validate_name(name).map_err(|_| ScaffoldError::InvalidName(name.to_owned()))?;
+    if name.len() > MAX_NAME_LEN {
+        return Err(ScaffoldError::NameTooLong { len: name.len() });
+    }
     let template = Template::from_tag(request.runtime)?;
     let io = |path: &Path| {
         let path = path.to_owned();

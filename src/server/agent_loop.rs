@@ -334,22 +334,50 @@ pub(crate) async fn communicate(State(state): State<Arc<AppState>>, Path(id): Pa
 /// agent-loop plugin's frontend assets, in chain order —
 /// `{"status":"ok","assets":[{"type","path","plugin_id",…}]}`.
 pub(crate) async fn assets(State(state): State<Arc<AppState>>) -> JsonReply {
-    let mut assets = Vec::new();
-    // Only the checked `frontend` lists (relative paths under frontend/): a
-    // plugin cannot advertise another origin's script or another plugin's file.
-    for p in state.agent.plugins().iter() {
-        for (kind, files) in [("js", &p.decl.frontend.js), ("css", &p.decl.frontend.css)] {
-            for f in files {
-                let path = format!("/faust/plugins/{}/frontend/{}", p.name, f.trim_start_matches('/'));
-                assets.push(json!({"type": kind, "path": path, "plugin_id": p.name}));
+    let plugins_dir = state.home.plugins_dir().to_owned();
+    let plugins = state.agent.plugins();
+    let listed = tokio::task::spawn_blocking(move || {
+        let mut assets = Vec::new();
+        // Only the checked `frontend` lists (relative paths under frontend/): a
+        // plugin cannot advertise another origin's script or another plugin's
+        // file; and only files the frontend route would serve (no link out).
+        for p in plugins.iter() {
+            let root = frontend_root(&plugins_dir, &p.name).ok();
+            for (kind, files) in [("js", &p.decl.frontend.js), ("css", &p.decl.frontend.css)] {
+                for f in files {
+                    let rel = f.trim_start_matches('/');
+                    if !root.as_ref().is_some_and(|r| r.is_file(std::path::Path::new(rel))) {
+                        tracing::debug!(
+                            "plugin '{}': frontend asset `{rel}` is not a file beneath its frontend/",
+                            p.name
+                        );
+                        continue;
+                    }
+                    let path = format!("/faust/plugins/{}/frontend/{rel}", p.name);
+                    assets.push(json!({"type": kind, "path": path, "plugin_id": p.name}));
+                }
             }
         }
-    }
-    JsonReply::ok(json!({"status": "ok", "assets": assets}))
+        assets
+    })
+    .await
+    .unwrap_or_default();
+    JsonReply::ok(json!({"status": "ok", "assets": listed}))
+}
+
+/// `<plugins>/<id>/frontend`, held open; nothing below it through a link.
+fn frontend_root(
+    plugins_dir: &std::path::Path,
+    id: &str,
+) -> Result<crate::manifest::beneath::Root, crate::manifest::beneath::BeneathError> {
+    crate::manifest::beneath::Root::open(&plugins_dir.join(id))?.sub_dir(std::path::Path::new("frontend"))
 }
 
 /// `GET /faust/plugins/{id}/frontend/{path}`: a file of the plugin's
-/// `frontend/` directory; nothing outside it (no `..`, no symlink out).
+/// `frontend/` directory; nothing outside it — every component below the
+/// plugin directory is opened without following a link, `..` is refused
+/// (`manifest::beneath`), so neither a `frontend` that is a link nor a link
+/// inside it serves a file from elsewhere.
 pub(crate) async fn frontend(
     State(state): State<Arc<AppState>>,
     Path((id, path)): Path<(String, String)>,
@@ -362,21 +390,26 @@ pub(crate) async fn frontend(
     if std::path::Path::new(&path).components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
         return not_found();
     }
-    let root = state.home.plugins_dir().join(&id).join("frontend");
-    let file = tokio::task::spawn_blocking(move || {
-        let root = root.canonicalize().ok()?;
-        let file = root.join(&path).canonicalize().ok()?;
-        (file.starts_with(&root) && file.is_file()).then_some(file)
-    })
-    .await
-    .ok()
-    .flatten();
-    let Some(file) = file else { return not_found() };
-    match tokio::fs::read(&file).await {
-        Ok(bytes) => ([(axum::http::header::CONTENT_TYPE, content_type(&file))], bytes).into_response(),
+    let plugins_dir = state.home.plugins_dir().to_owned();
+    let file = std::path::PathBuf::from(&path);
+    let read =
+        tokio::task::spawn_blocking(move || frontend_root(&plugins_dir, &id)?.read(&file, FRONTEND_FILE_LIMIT)).await;
+    match read {
+        Ok(Ok(bytes)) => {
+            ([(axum::http::header::CONTENT_TYPE, content_type(std::path::Path::new(&path)))], bytes).into_response()
+        }
+        Ok(Err(e)) => {
+            if !e.reason.is_not_found() {
+                tracing::warn!("frontend file refused: {e}");
+            }
+            not_found()
+        }
         Err(_) => not_found(),
     }
 }
+
+/// A frontend file larger than this is not served.
+const FRONTEND_FILE_LIMIT: u64 = 64 * 1024 * 1024;
 
 /// The `Content-Type` of a frontend file, by extension.
 fn content_type(file: &std::path::Path) -> &'static str {

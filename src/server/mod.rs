@@ -12,8 +12,10 @@
 //! - `GET /metrics` (Prometheus text, [`prometheus`]) and `GET /healthz`.
 //!
 //! Every request body is parsed here, so bad JSON is a 400 that says what is
-//! wrong, never a 500 ([`body`]). A bearer token guards the mutating routes,
-//! and binding beyond loopback without one is refused ([`auth`]). Reloads
+//! wrong, never a 500 ([`body`]). A bearer token guards the mutating routes
+//! and doctor, and binding beyond loopback without one is refused ([`auth`]).
+//! Connections are capped and timed out ([`conn`]); bodies are capped per
+//! request and in total, requests timed out ([`limits`]). Reloads
 //! swap a layer atomically: calls under way finish on the old plugin
 //! ([`reload`]); `--watch` triggers them on file changes ([`watch`]).
 //!
@@ -25,7 +27,9 @@ mod agent_loop;
 mod agents;
 mod auth;
 mod body;
+mod conn;
 mod faust_admin;
+mod limits;
 mod plugins;
 mod prometheus;
 mod reload;
@@ -49,9 +53,6 @@ pub use auth::AddressPolicyError;
 
 /// How long shutdown waits for pending `after_turn` calls.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Request bodies up to this size are accepted (a long history to assemble).
-const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 
 /// How the daemon listens.
 #[derive(Debug, Clone)]
@@ -95,6 +96,8 @@ pub(crate) struct AppState {
     token: Option<String>,
     /// One reload at a time: two reloads of one plugin must not interleave.
     reload_lock: tokio::sync::Mutex<()>,
+    /// Body sizes, the shared body budget, the request timeout (`[server]`).
+    limits: limits::RequestLimits,
 }
 
 impl AppState {
@@ -157,6 +160,7 @@ impl Server {
             .map_err(|source| ServeError::Bind { addr: options.addr, source })?;
         let timers = crate::agent::timers::Timers::start(&agent, crate::agent::timers::TICK);
         let state = Arc::new(AppState {
+            limits: limits::RequestLimits::new(&config.server),
             home,
             config,
             engine,
@@ -182,7 +186,7 @@ impl Server {
         let _watcher = self.watcher;
         let timers = self.timers;
         let app = router(self.state.clone());
-        axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await?;
+        conn::serve(self.listener, app, &self.state.config.server, shutdown).await;
         if tokio::time::timeout(SETTLE_TIMEOUT, self.state.engine.settle()).await.is_err() {
             tracing::warn!(
                 "shutdown: after_turn calls still pending after {}s were abandoned",
@@ -217,10 +221,13 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/faust/plugins/{id}/communicate", post(agent_loop::communicate))
         .route("/faust/admin/plugins/{id}/enable", post(faust_admin::enable))
         .route("/faust/admin/plugins/{id}/disable", post(faust_admin::disable))
+        // Starts processes (runtime probes) and loads every plugin.
+        .route("/api/plugins/doctor", get(plugins::doctor))
+        // The token first: an unauthenticated body is never read.
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), limits::guard))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .route("/api/plugins", get(plugins::list))
-        .route("/api/plugins/doctor", get(plugins::doctor))
         .route("/api/context-engine/metrics", get(plugins::engine_metrics))
         .route("/api/tools", get(agent_loop::tools))
         .route("/api/triggers", get(agent_loop::list_triggers))
@@ -231,9 +238,10 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/faust/plugins/{id}/frontend/{*path}", get(agent_loop::frontend))
         .route("/metrics", get(prometheus::metrics))
         .route("/healthz", get(healthz))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), limits::guard))
         .merge(mutating)
         .fallback(not_found)
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::extract::DefaultBodyLimit::max(state.limits.max_body()))
         .with_state(state)
 }
 

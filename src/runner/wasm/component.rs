@@ -687,7 +687,9 @@ impl ComponentRunner {
         cache_dir: Option<&Path>,
     ) -> Result<Self, HookError> {
         let fail = |m: String| HookError::Component(format!("`{}`: {m}", wasm.display()));
-        let bytes = std::fs::read(wasm).map_err(|e| fail(format!("cannot read it: {e}")))?;
+        // The checked (canonical) path, never through a link swapped in since.
+        let bytes =
+            crate::manifest::beneath::read_no_symlinks(wasm, u64::MAX).map_err(|e| fail(e.reason.to_string()))?;
         if !wasmparser_is_component(&bytes) {
             return Err(fail("not a WebAssembly component (build it with `--target wasm32-wasip2`)".into()));
         }

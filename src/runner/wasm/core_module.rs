@@ -50,7 +50,9 @@ impl CoreModuleRunner {
         let mut modules = BTreeMap::new();
         for (hook, path) in hooks {
             let fail = |m: String| HookError::Component(format!("`{}`: {m}", path.display()));
-            let bytes = std::fs::read(path).map_err(|e| fail(format!("cannot read it: {e}")))?;
+            // The checked (canonical) path, never through a link swapped in since.
+            let bytes =
+                crate::manifest::beneath::read_no_symlinks(path, u64::MAX).map_err(|e| fail(e.reason.to_string()))?;
             let module = Module::new(engine, &bytes).map_err(|e| fail(format!("cannot compile it: {e:#}")))?;
             for import in module.imports() {
                 if import.module() != "librefang" || !matches!(import.name(), "host_call" | "host_log") {
