@@ -168,7 +168,10 @@ while IFS= read -r line; do
     *'"agent_id":"alice"'*)
       sleep 0.1
       echo "{\"memories\":[{\"content\":\"for alice ($$)\"}]}"
+      # The late line: after the reply, while the next request waits unread.
+      sleep 0.05
       echo '{"memories":[{"content":"alice-private-data"}]}'
+      sleep 0.3
       ;;
     *'"agent_id":"'*)
       agent=${line#*\"agent_id\":\"}; agent=${agent%%\"*}

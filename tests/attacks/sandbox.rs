@@ -115,7 +115,7 @@ fn metadata_of_files_outside_cannot_be_changed() {
         "name = \"t\"\nversion = \"1\"\n[hooks]\nruntime = \"python\"\ningest = \"hook.py\"\n",
     );
     write(&p.dir.join("hook.py"), "");
-    p.cmd().args(["plugin", "grant", "t"]).assert().success();
+    p.cmd().arg("--plugins-dir").arg(p.dir.parent().unwrap()).args(["plugin", "grant", "t"]).assert().success();
     let grants = p.home.join("grants.toml");
     let script = format!(
         r#"import json, os

@@ -41,7 +41,8 @@ fn dead(pid: libc::pid_t) -> bool {
 
 /// Removes the hook temporary directories in `dir` (normally
 /// `std::env::temp_dir()`) left by ctxhost processes that no longer run:
-/// only names of the pattern above, owned by this user, real directories,
+/// only names of the pattern above, owned by this user (or, as root, by a
+/// hook uid), real directories,
 /// whose pid is dead and not this process's. Returns what was removed.
 pub fn remove_stale(dir: &Path) -> Vec<PathBuf> {
     use std::os::unix::fs::MetadataExt;
@@ -58,7 +59,12 @@ pub fn remove_stale(dir: &Path) -> Vec<PathBuf> {
         let path = entry.path();
         // lstat: a symlink is never followed (nor removed).
         let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
-        if !meta.file_type().is_dir() || meta.uid() != me {
+        // As root the directory was given to the plugin's hook uid.
+        let hook_uid = me == 0
+            && (super::sandbox::identity::HOOK_UID_BASE
+                ..super::sandbox::identity::HOOK_UID_BASE + super::sandbox::identity::HOOK_UID_SPAN)
+                .contains(&meta.uid());
+        if !meta.file_type().is_dir() || (meta.uid() != me && !hook_uid) {
             continue;
         }
         super::remove_tree(&path);

@@ -435,6 +435,14 @@ impl Worker {
 
     /// The `line` exchange: one request line, one reply line.
     async fn exchange_line(&mut self, request: &[u8], timeout: Duration) -> Result<Value, Fault> {
+        // Once more right before the write (the checkout's check may be a
+        // while ago): a line written since is never this request's answer.
+        if !self.eof
+            && let Waiting::Ended =
+                take_waiting(std::os::fd::AsRawFd::as_raw_fd(&self.stdout), &mut self.buf, MAX_REPLY + 1)
+        {
+            self.eof = true;
+        }
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
         let Some(stdin) = self.stdin.as_mut() else { return Err(Fault::Ended) };
