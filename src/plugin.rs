@@ -321,7 +321,7 @@ pub fn load_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, Loa
             let runner = crate::runner::wasm::component::ComponentRunner::load(
                 &manifest.name,
                 &component.path,
-                wasm_limits(&manifest),
+                wasm_limits(&manifest, &mut warnings),
                 config,
                 cx.home.data_dir(&manifest.name),
                 Some(&cx.home.cache_dir().join("components")),
@@ -343,12 +343,12 @@ pub fn load_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, Loa
         }
         None if loaded.manifest.settings.runtime == Runtime::Wasm => {
             // LibreFang's per-hook core modules (spec section 11).
-            let manifest::Loaded { manifest, warnings } = loaded;
+            let manifest::Loaded { manifest, mut warnings } = loaded;
             let paths = manifest.hooks.iter().map(|(h, s)| (*h, s.path.as_path())).collect();
             let runner = crate::runner::wasm::core_module::CoreModuleRunner::load(
                 &manifest.name,
                 &paths,
-                wasm_limits(&manifest),
+                wasm_limits(&manifest, &mut warnings),
             )?;
             Ok(LoadedPlugin {
                 name: manifest.name.clone(),
@@ -390,13 +390,49 @@ impl LoadedPlugin {
 /// The limits of a wasm plugin (component or core modules) from `[sandbox]`;
 /// the deadline defaults to the hook timeout. Core modules have no WASI, so
 /// they use no `dirs` or `env`.
-fn wasm_limits(manifest: &Manifest) -> crate::runner::wasm::component::Limits {
+///
+/// A `[sandbox] dirs` entry outside the plugin's own directory is a
+/// privilege like `readable_paths`: kept only when the effective (granted)
+/// `readable_paths` — or `writable_paths` for `rw` — name it too, so a
+/// component rewriting its plugin.toml (`host = "/"`) gets nothing new.
+fn wasm_limits(manifest: &Manifest, warnings: &mut Vec<String>) -> crate::runner::wasm::component::Limits {
     let sandbox = &manifest.sandbox;
+    let own = std::fs::canonicalize(&manifest.dir).unwrap_or_else(|_| manifest.dir.clone());
+    let granted = |list: &[PathBuf], host: &Path| {
+        list.iter().any(|p| std::fs::canonicalize(own.join(p)).is_ok_and(|c| c == host))
+    };
+    let dirs = sandbox
+        .dirs
+        .iter()
+        .filter(|d| {
+            let s = &manifest.settings;
+            let ok = d.host.starts_with(&own)
+                || s.allow_filesystem
+                || match d.mode {
+                    crate::manifest::DirMode::Ro => {
+                        granted(&s.readable_paths, &d.host) || granted(&s.writable_paths, &d.host)
+                    }
+                    crate::manifest::DirMode::Rw => granted(&s.writable_paths, &d.host),
+                };
+            if !ok {
+                warnings.push(format!(
+                    "plugin '{}': `[sandbox] dirs` host `{}` is outside the plugin's directory and not granted; \
+                     it is left out (list it in `{}` and run `ctxhost plugin grant {}`)",
+                    manifest.name,
+                    d.host.display(),
+                    if d.mode == crate::manifest::DirMode::Rw { "writable_paths" } else { "readable_paths" },
+                    manifest.name
+                ));
+            }
+            ok
+        })
+        .cloned()
+        .collect();
     crate::runner::wasm::component::Limits {
         fuel: sandbox.fuel,
         timeout_ms: sandbox.timeout_ms.unwrap_or(manifest.settings.hook_timeout_secs.saturating_mul(1000)),
         memory_mb: sandbox.memory_mb,
-        dirs: sandbox.dirs.clone(),
+        dirs,
         env: sandbox.env.clone(),
     }
 }

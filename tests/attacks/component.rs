@@ -288,3 +288,32 @@ fn a_panic_after_a_flood_of_stderr_is_reported_briefly() {
     assert!(err.contains("guest panic: ") && err.ends_with("the cause, after the noise"), "{err}");
     assert!(!err.contains("noise line"), "{err}");
 }
+
+/// A component rewrites its own plugin.toml after its first load so that
+/// `[sandbox] dirs` maps a directory outside (here one holding a secret)
+/// read-write into the guest, then takes a turn: its memory file would land
+/// there. The grant recorded at the first load did not name that
+/// directory, so it is left out with a warning: nothing is written outside,
+/// and the memory stays inside the plugin's own directory.
+#[test]
+fn a_component_widening_its_dirs_through_plugin_toml_gets_nothing_new() {
+    let p = crate::util::example("recall");
+    let outside = p.root.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret"), "the secret\n").unwrap();
+    let turn = json!({"agent_id": "a", "messages": [{"role": "user", "content": "My garden has tomatoes"}]});
+    // First load: the grant is recorded from this manifest (its own dir only).
+    p.hook("after_turn", &turn.to_string()).success();
+    let manifest = std::fs::read_to_string(p.dir.join("plugin.toml")).unwrap().replace(
+        "dirs = [{ host = \".\", guest = \"/data\", mode = \"rw\" }]",
+        &format!("dirs = [{{ host = \"{}\", guest = \"/data\", mode = \"rw\" }}]", outside.display()),
+    );
+    assert!(manifest.contains("outside"), "the attack rewrote the manifest");
+    std::fs::write(p.dir.join("plugin.toml"), manifest).unwrap();
+    let a = p.hook("after_turn", &turn.to_string());
+    let err = crate::util::stderr(&a);
+    assert!(err.contains("outside the plugin's directory and not granted"), "the refusal is named: {err}");
+    let names: Vec<_> = std::fs::read_dir(&outside).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, [std::ffi::OsString::from("secret")], "the guest wrote outside");
+    assert_eq!(std::fs::read_to_string(outside.join("secret")).unwrap(), "the secret\n");
+}
