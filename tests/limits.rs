@@ -1,44 +1,51 @@
 //! Time and output limits, and that nothing a hook started outlives its call.
+//!
+//! A hook is pid 1 of its own pid namespace, so the processes a test follows
+//! carry a [`Marker`] in their argv and are looked up in the host's `/proc`.
 
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{TestPlugin, is_dead, reply, stderr};
+use crate::util::procs::Marker;
+use crate::util::{TestPlugin, reply, stderr};
 
-fn pids(p: &TestPlugin, names: &[&str]) -> Vec<i32> {
-    names
-        .iter()
-        .map(|n| {
-            let text = std::fs::read_to_string(p.dir.join(n)).unwrap_or_else(|e| panic!("{n}: {e}"));
-            text.trim().parse().unwrap()
-        })
-        .collect()
+/// `ctxhost hook <dir> <hook>` as a child, so the test can look at the
+/// hook's processes while the call runs.
+fn spawn_hook(p: &TestPlugin, hook: &str) -> Child {
+    Command::new(assert_cmd::cargo::cargo_bin("ctxhost"))
+        .arg("--home")
+        .arg(&p.home)
+        .args(["hook", p.dir.to_str().unwrap(), hook])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
-/// SIGKILL is delivered at once, but the kernel may take a moment to tear a
-/// process down: true when `pid` is gone within 2 s.
-fn dies_soon(pid: i32) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while !is_dead(pid) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    is_dead(pid)
-}
+/// Bash: waits (bounded) until process `$1` runs a command line containing
+/// `$2` (it exec'd), as the hook's own `/proc` shows it.
+const WAIT_EXEC: &str = "wait_exec() { for _ in $(seq 1 300); do case \"$(tr '\\0' ' ' < /proc/$1/cmdline 2>/dev/null)\" in *\"$2\"*) return 0;; esac; sleep 0.01; done; return 1; }\n";
 
+/// The hook (which becomes a marked sleep), its child (a bash whose script
+/// names the marker) and its grandchild (a marked sleep) all run when the
+/// timeout fires, and none of them is left afterwards.
 #[test]
 fn timeout_kills_the_hook_and_its_grandchildren() {
-    let p = TestPlugin::bash(
-        "ingest",
-        "(sleep 300 & echo $! > grandchild.pid; wait) &\necho $! > child.pid\necho $$ > hook.pid\nsleep 300\n",
-        "hook_timeout_secs = 1",
-    );
+    let m = Marker::new();
+    let sleep = m.sleep(300);
+    let p = TestPlugin::bash("ingest", &format!("bash -c '{sleep} & wait' &\nexec {sleep}\n"), "hook_timeout_secs = 1");
     let started = Instant::now();
-    let a = p.hook("ingest", "{}").failure().code(1);
+    let child = spawn_hook(&p, "ingest");
+    let running = m.running(3, Duration::from_secs(5));
+    let out = child.wait_with_output().unwrap();
     let elapsed = started.elapsed();
-    assert!(stderr(&a).contains("error: Hook timed out after 1s"), "{}", stderr(&a));
+    assert!(running, "the hook, its child and its grandchild ran: {:?}", m.pids());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("error: Hook timed out after 1s"), "{err}");
     assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
-    for pid in pids(&p, &["hook.pid", "child.pid", "grandchild.pid"]) {
-        assert!(dies_soon(pid), "process {pid} survived the timeout");
-    }
+    assert!(m.gone_soon(), "processes survived the timeout: {:?}", m.pids());
 }
 
 #[test]
@@ -88,15 +95,22 @@ fn output_over_the_cap_fails_well_under_the_timeout() {
     assert!(err.contains("error: Hook stderr exceeded the 1024 KiB output cap"), "{err}");
 }
 
+/// The hook replies only once its background sleep (holding stdout) runs
+/// (`ok` says it saw it); the reply is not held up, and the sleep is gone.
 #[test]
 fn a_background_grandchild_holding_stdout_does_not_delay_the_reply() {
-    let p = TestPlugin::bash("ingest", "sleep 30 &\necho $! > bg.pid\necho '{\"ok\":1}'\n", "hook_timeout_secs = 20");
+    let m = Marker::new();
+    let body = format!(
+        "{WAIT_EXEC}{} &\nif wait_exec $! {}; then echo '{{\"ok\":1}}'; else echo '{{\"ok\":0}}'; fi\n",
+        m.sleep(30),
+        m.arg(30)
+    );
+    let p = TestPlugin::bash("ingest", &body, "hook_timeout_secs = 20");
     let started = Instant::now();
     let a = p.hook("ingest", "{}").success();
     assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
     assert_eq!(reply(&a), serde_json::json!({"ok": 1}));
-    let bg = pids(&p, &["bg.pid"])[0];
-    assert!(dies_soon(bg), "the leftover background process {bg} was not cleaned up");
+    assert!(m.gone_soon(), "the leftover background process was not cleaned up: {:?}", m.pids());
 }
 
 #[test]
@@ -135,33 +149,20 @@ fn a_leftover_flooding_stdout_cannot_hang_the_call() {
     }
 }
 
+/// SIGTERM to ctxhost while the hook (a marked sleep, after `exec`) and
+/// its background child (another) run: both are gone afterwards.
 #[test]
 fn sigterm_to_ctxhost_kills_the_running_hook() {
-    let p = TestPlugin::bash(
-        "ingest",
-        "sleep 300 &\necho $! > bg.pid\necho $$ > hook.pid\nwait\n",
-        "hook_timeout_secs = 60",
-    );
-    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("ctxhost"))
-        .arg("--home")
-        .arg(&p.home)
-        .args(["hook", p.dir.to_str().unwrap(), "ingest"])
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !p.dir.join("hook.pid").exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(50));
+    let m = Marker::new();
+    let sleep = m.sleep(300);
+    let p = TestPlugin::bash("ingest", &format!("{sleep} &\nexec {sleep}\n"), "hook_timeout_secs = 60");
+    let child = spawn_hook(&p, "ingest");
+    assert!(m.running(2, Duration::from_secs(10)), "the hook and its child run: {:?}", m.pids());
     // SAFETY: signalling a child process we spawned.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("error: interrupted by SIGTERM; the hook and everything it started were killed"), "{err}");
-    for pid in pids(&p, &["hook.pid", "bg.pid"]) {
-        assert!(dies_soon(pid), "process {pid} outlived ctxhost");
-    }
+    assert!(m.gone_soon(), "processes outlived ctxhost: {:?}", m.pids());
 }

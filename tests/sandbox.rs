@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::util::nobody::{chown_tree, link_or_copy};
-use crate::util::{TestPlugin, ctxhost, is_dead, reply, require_program, stderr, write};
+use crate::util::procs::Marker;
+use crate::util::{TestPlugin, ctxhost, reply, require_program, stderr, write};
 
 /// The memories' contents of an ingest reply.
 fn contents(r: &Value) -> Vec<String> {
@@ -149,9 +150,13 @@ fn a_memory_bomb_is_stopped_by_max_memory_mb() {
 }
 
 /// Python forking up to 60 children that leave the process group with
-/// `setsid` and sleep; it reports how many it got and their pids.
+/// `setsid` and become a sleep carrying `ARG` (a [`Marker`]'s, so the host
+/// can find them: the pids the hook sees are its pid namespace's); it waits
+/// (bounded) until they all run it, and reports how many it forked and how
+/// many it saw running the sleep.
 const FORKER: &str = r#"
-import json, os, sys, time
+import json, os, time
+ARG = "%ARG%"
 pids = []
 for _ in range(60):
     try:
@@ -159,48 +164,71 @@ for _ in range(60):
     except OSError:
         break
     if pid == 0:
-        os.setsid()
-        time.sleep(120)
-        os._exit(0)
+        try:
+            os.setsid()
+            os.execvp("sleep", ["sleep", ARG])
+        finally:
+            os._exit(1)
     pids.append(pid)
-print(json.dumps({"memories": [{"content": str(len(pids))}] + [{"content": str(p)} for p in pids]}))
+
+def running(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return ARG.encode() in f.read()
+    except OSError:
+        return False
+
+deadline = time.time() + 10
+while time.time() < deadline and not all(running(p) for p in pids):
+    time.sleep(0.02)
+seen = sum(1 for p in pids if running(p))
+print(json.dumps({"memories": [{"content": str(len(pids))}, {"content": str(seen)}]}))
 "#;
 
 #[test]
 fn processes_are_bounded_and_escapees_die_with_the_call() {
     require_program("python3", "python3");
+    let m = Marker::new();
     let manifest = "name = \"forker\"\nversion = \"1\"\n[hooks]\nruntime = \"python\"\ningest = \"hooks/fork.py\"\n";
-    let p = TestPlugin::new("forker", &[("plugin.toml", manifest), ("hooks/fork.py", FORKER)]);
+    let forker = FORKER.replace("%ARG%", &m.arg(120));
+    let p = TestPlugin::new("forker", &[("plugin.toml", manifest), ("hooks/fork.py", &forker)]);
     write(&p.home.join("config.toml"), "[sandbox]\nmax_processes = 20\n");
     let lines = ingest(&p, &user_home(p.root.path()));
     let started: usize = lines[0].parse().unwrap();
     assert!(started < 20, "at most 20 processes per call, the hook included: {started}");
     assert!(started > 0, "some forks succeed: {lines:?}");
-    let pids: Vec<i32> = lines[1..].iter().map(|l| l.parse().unwrap()).collect();
-    let alive: Vec<i32> = pids.iter().copied().filter(|&pid| !is_dead(pid)).collect();
-    if sandbox_kill(&p.home) == "none" {
-        // No cgroup this user may make (an ordinary user without
-        // delegation): the limit held through RLIMIT_NPROC, but children
-        // that left the group with `setsid` survive (documented).
-        eprintln!("no per-call cgroup here: {} setsid escapees outlived the call, as documented", alive.len());
-        for pid in &alive {
-            // SAFETY: kill(2) on pids the test's own hook just reported.
-            unsafe { libc::kill(*pid, libc::SIGKILL) };
-        }
-    } else {
-        assert!(alive.is_empty(), "children that called setsid outlived the call: {alive:?}");
-    }
+    assert_eq!(lines[1], lines[0], "every child left the group and ran the marked sleep: {lines:?}");
+    let kill = sandbox_kill(&p.home);
+    // No pid namespace and no cgroup this user may make (an ordinary user
+    // without delegation): the limit held through RLIMIT_NPROC, but
+    // children that left the group with `setsid` survive (documented).
+    let survivors = left_after_the_call(&m, kill != "none");
+    assert!(survivors.is_empty(), "children that called setsid outlived the call: {survivors:?}");
 
-    // Without a limit (the default: no per-call cgroup) all 60 start; the
-    // process group is killed, but children that left it with `setsid`
-    // are out of reach (documented). The test cleans them up itself.
+    // Without a limit (the default: no per-call cgroup) all 60 start. With
+    // a pid namespace they die with the hook all the same; with neither it
+    // nor a cgroup, children that left the group with `setsid` are out of
+    // reach (documented) and the test cleans them up itself.
     write(&p.home.join("config.toml"), "[sandbox]\nmax_processes = 0\n");
     let lines = ingest(&p, &user_home(p.root.path()));
-    assert_eq!(lines[0], "60");
-    for pid in &lines[1..] {
-        // SAFETY: kill(2) on pids the test's own hook just reported.
-        unsafe { libc::kill(pid.parse().unwrap(), libc::SIGKILL) };
-    }
+    assert_eq!(lines, ["60", "60"]);
+    let survivors = left_after_the_call(&m, kill == "pid namespace");
+    assert!(survivors.is_empty(), "children that called setsid outlived the call: {survivors:?}");
+}
+
+/// The marked processes left after a call that `must_die` (none when they
+/// may survive: the test notes how many); kills them either way.
+fn left_after_the_call(m: &Marker, must_die: bool) -> Vec<i32> {
+    let left = if !must_die {
+        eprintln!("nothing here kills setsid escapees: {} outlived the call, as documented", m.pids().len());
+        Vec::new()
+    } else if m.gone_soon() {
+        Vec::new()
+    } else {
+        m.pids()
+    };
+    m.kill_all();
+    left
 }
 
 #[test]
@@ -343,7 +371,8 @@ fn the_core_cases_hold_for_an_unprivileged_user() {
         &plugins.join("forker/plugin.toml"),
         "name = \"forker\"\nversion = \"1\"\n[hooks]\nruntime = \"python\"\ningest = \"hooks/fork.py\"\n",
     );
-    write(&plugins.join("forker/hooks/fork.py"), FORKER);
+    let m = Marker::new();
+    write(&plugins.join("forker/hooks/fork.py"), &FORKER.replace("%ARG%", &m.arg(120)));
     std::fs::create_dir_all(&outside).unwrap();
     let ctx = root.path().join("ctxhost");
     std::fs::create_dir_all(&ctx).unwrap();
@@ -397,22 +426,7 @@ fn the_core_cases_hold_for_an_unprivileged_user() {
     let (_, out, err) = as_nobody("bomb", "");
     assert!(!out.contains("built"), "memory limit as an unprivileged user: {out} {err}");
 
-    // A process limit binds this user too (a cgroup where delegated, else
-    // RLIMIT_NPROC counted in the hook's own user namespace). Without a
-    // cgroup, children that left the group with `setsid` survive the call
-    // (documented): the test kills what its hook reports.
-    let (ok, out, err) = as_nobody("forker", "[sandbox]\nmax_processes = 20\n");
-    assert!(ok, "{out}\n{err}");
-    let r: Value = serde_json::from_str(out.trim()).unwrap();
-    let lines = contents(&r);
-    let started: usize = lines[0].parse().unwrap();
-    for pid in &lines[1..] {
-        // SAFETY: kill(2) on pids the test's own hook just reported.
-        unsafe { libc::kill(pid.parse().unwrap(), libc::SIGKILL) };
-    }
-    assert!(started > 0 && started < 20, "at most 20 processes per call as uid 65534: {started}");
-
-    // `require = true` refuses exactly when this user's sandbox is partial.
+    // What this user's sandbox has, as its doctor reports it.
     let doctor = std::process::Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         .arg(&bin)
@@ -423,6 +437,24 @@ fn the_core_cases_hold_for_an_unprivileged_user() {
         .output()
         .unwrap();
     let report: Value = serde_json::from_slice(&doctor.stdout).unwrap();
+
+    // A process limit binds this user too (a cgroup where delegated, else
+    // RLIMIT_NPROC counted in the hook's own user namespace). Children that
+    // left the group with `setsid` die with the call (a pid namespace or a
+    // cgroup); without either they survive (documented) and the test kills
+    // them, found by their marker (the pids the hook sees are its pid
+    // namespace's, never the host's).
+    let (ok, out, err) = as_nobody("forker", "[sandbox]\nmax_processes = 20\n");
+    assert!(ok, "{out}\n{err}");
+    let r: Value = serde_json::from_str(out.trim()).unwrap();
+    let lines = contents(&r);
+    let started: usize = lines[0].parse().unwrap();
+    let survivors = left_after_the_call(&m, report["sandbox"]["kill"] != "none");
+    assert!(started > 0 && started < 20, "at most 20 processes per call as uid 65534: {started}");
+    assert_eq!(lines[1], lines[0], "every child left the group and ran the marked sleep: {lines:?}");
+    assert!(survivors.is_empty(), "children that called setsid outlived the call as uid 65534: {survivors:?}");
+
+    // `require = true` refuses exactly when this user's sandbox is partial.
     let full = report["sandbox"]["full"].as_bool().unwrap();
     let (ok, _, err) = as_nobody("t", "[sandbox]\nrequire = true\n");
     assert_eq!(ok, full, "{err}");

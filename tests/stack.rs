@@ -394,7 +394,11 @@ fn subagent_hooks_run_in_stack_order() {
 #[test]
 fn max_concurrent_hooks_queues_the_calls_beyond_it() {
     let w = World::new();
-    let body = "echo \"start $(date +%s%N)\" >> \"$HOME/$LIBREFANG_RUNTIME-$$\"\nsleep 0.3\necho \"end $(date +%s%N)\" >> \"$HOME/$LIBREFANG_RUNTIME-$$\"\necho '{}'\n";
+    // One file per hook process, named by a token it makes (its pid is 1 of
+    // its own pid namespace, the same for all three).
+    let body = "read -r tok < /proc/sys/kernel/random/uuid\n\
+                echo \"start $(date +%s%N)\" >> \"$HOME/$LIBREFANG_RUNTIME-$tok\"\nsleep 0.3\n\
+                echo \"end $(date +%s%N)\" >> \"$HOME/$LIBREFANG_RUNTIME-$tok\"\necho '{}'\n";
     for name in ["a", "b", "c"] {
         w.bash(name, &["ingest"], FS_OUTSIDE, body);
     }

@@ -77,13 +77,43 @@ fn non_zero_exit_is_labelled_with_its_stderr() {
     assert!(err.contains("error: Hook exited with exit code 3\nstderr: boom: bad input"), "{err}");
 }
 
+/// A hook that dies of a signal is labelled with it. The hook is pid 1 of
+/// its pid namespace, which ignores signals it sends itself, so the deaths
+/// are real ones: a stack overflow (the kernel's SIGSEGV), and a SIGKILL
+/// from outside (the host, as the OOM killer would) at the hook found by
+/// the marker it runs as.
 #[test]
 fn signal_deaths_are_labelled() {
-    let p = TestPlugin::bash("ingest", "kill -SEGV $$\n", "");
+    let p = TestPlugin::bash(
+        "ingest",
+        "ulimit -s 256
+f() { f; }
+f
+",
+        "",
+    );
     let err = stderr(&p.hook("ingest", "{}").failure());
     assert!(err.contains("error: Hook exited with SIGSEGV — segfault (signal 11) (stderr was empty)"), "{err}");
-    let p = TestPlugin::bash("ingest", "kill -KILL $$\n", "");
-    let err = stderr(&p.hook("ingest", "{}").failure());
+
+    let m = crate::util::procs::Marker::new();
+    let p = TestPlugin::bash("ingest", &format!("exec {}\n", m.sleep(30)), "");
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("ctxhost"))
+        .arg("--home")
+        .arg(&p.home)
+        .args(["hook", p.dir.to_str().unwrap(), "ingest"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let running = m.running(1, std::time::Duration::from_secs(10));
+    m.kill_all();
+    if !running {
+        child.kill().unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(running, "the hook ran as the marked sleep");
+    let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("error: Hook exited with OOM-killed or SIGKILL (signal 9)"), "{err}");
 }
 

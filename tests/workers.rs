@@ -9,6 +9,11 @@
 //! `ctxhost serve` child. Plugin names are unique per test: worker events
 //! are counted per plugin name, process-wide.
 //!
+//! A worker is pid 1 of its own pid namespace, so it names itself by a
+//! token (in its replies and in its argv); the host side of it is what
+//! `worker_pids` lists (the process the runner spawned, whose child the
+//! hook is) and what the host's `/proc` shows.
+//!
 //! `rpc` (tests/workers/rpc.rs): `worker_protocol = "jsonrpc"`, its clients
 //! and the guard examples.
 
@@ -31,6 +36,7 @@ use ctxhost::runner::{CallOptions, HookError, Runner};
 use serde_json::{Value, json};
 
 use crate::util::http::Daemon;
+use crate::util::procs::{Marker, parent_of, pid_with_token};
 use crate::util::{TestPlugin, example, is_dead, reply, require_program, stderr, write};
 
 fn rt() -> tokio::runtime::Runtime {
@@ -77,24 +83,57 @@ fn bash_worker(name: &str, body: &str, settings: &str) -> TestPlugin {
     TestPlugin::new(name, &[("plugin.toml", &manifest), ("hooks/worker.sh", body)])
 }
 
-/// Answers `{"pid": <its pid>}` to every line; `crash-once`, `garbage-once`,
-/// `slow-once` and `big-once` in a line misbehave the first time only (a
-/// marker file in the plugin dir remembers).
-const MISBEHAVING: &str = r#"
+/// The first lines of a bash worker: it re-executes itself once with a
+/// fresh token as its argument (`$tok`). The token names the process in its
+/// replies and in the host's `/proc` (its pid is 1 of its own pid
+/// namespace, the same for every worker): [`host_pid`] finds it there.
+macro_rules! token_header {
+    () => {
+        r#"
+[ -n "$1" ] || exec "$BASH" "$0" "worker-$(cat /proc/sys/kernel/random/uuid)"
+tok=$1
+"#
+    };
+}
+const TOKEN: &str = token_header!();
+
+/// Answers `{"worker": <its token>}` to every line; `crash-once`,
+/// `garbage-once`, `slow-once` and `big-once` in a line misbehave the first
+/// time only (a marker file in the plugin dir remembers). `slow-once` sleeps
+/// in a background child and in the foreground, both `sleep $SLOW_ARG`
+/// (a [`Marker`]'s argument) when set.
+const MISBEHAVING: &str = concat!(
+    token_header!(),
+    r#"
 echo start >> starts
 while IFS= read -r line; do
   case "$line" in
     *crash-once*) if [ ! -e crashed ]; then touch crashed; echo "crashing" >&2; exit 3; fi ;;
     *garbage-once*) if [ ! -e garbled ]; then touch garbled; echo "this is not json"; continue; fi ;;
-    *slow-once*) if [ ! -e slowed ]; then touch slowed; sleep 300 & echo $! > grandchild; sleep 300; fi ;;
+    *slow-once*) if [ ! -e slowed ]; then touch slowed; sleep "${SLOW_ARG:-300}" & sleep "${SLOW_ARG:-300}"; fi ;;
     *big-once*) if [ ! -e big ]; then touch big; head -c 5000000 /dev/zero | tr '\0' 'a'; echo; continue; fi ;;
   esac
-  echo "{\"pid\": $$}"
+  echo "{\"worker\": \"$tok\"}"
 done
-"#;
+"#
+);
 
-fn pid_of(reply: &Value) -> u32 {
-    reply["pid"].as_u64().unwrap_or_else(|| panic!("no pid in {reply}")) as u32
+/// The token of the worker that answered.
+fn token_of(reply: &Value) -> String {
+    reply["worker"].as_str().unwrap_or_else(|| panic!("no worker token in {reply}")).to_owned()
+}
+
+/// The host pid of the live worker whose token is `token`.
+fn host_pid(token: &str) -> i32 {
+    pid_with_token(token)
+}
+
+/// The runner's worker (a host pid, as `worker_pids` has it) that runs the
+/// process whose token is `token`: the hook is a child of the process the
+/// runner spawned.
+fn keeper_of(token: &str) -> u32 {
+    let pid = host_pid(token);
+    parent_of(pid).unwrap_or_else(|| panic!("no parent of {pid}")) as u32
 }
 
 /// A layer (the engine's policies, breaker included) over `runner`.
@@ -202,12 +241,14 @@ fn one_process_answers_many_calls_with_the_one_shot_environment() {
     let p = bash_worker("w-env", &body, "[env]\nFROM_PLUGIN = \"yes\"");
     let rt = rt();
     let runner = load(&p);
-    let first = pid_of(&call(&rt, &runner, HookName::Ingest, ingest("hello")).unwrap());
+    let first = token_of(&call(&rt, &runner, HookName::Ingest, ingest("hello")).unwrap());
+    let (worker, keeper) = (host_pid(&first), keeper_of(&first));
     for i in 0..50 {
         let r = call(&rt, &runner, HookName::Ingest, ingest(&format!("call {i}"))).unwrap();
-        assert_eq!(pid_of(&r), first, "call {i} went to the same process");
+        assert_eq!(token_of(&r), first, "call {i} went to the same process");
     }
-    assert_eq!(runner.worker_pids(), [first]);
+    assert_eq!(runner.worker_pids(), [keeper], "the runner's one worker answered");
+    assert_eq!(host_pid(&first), worker);
     assert_eq!(starts(&p), 1);
     let env = std::fs::read_to_string(p.dir.join("worker-env.txt")).unwrap();
     let var = |k: &str| env.lines().find_map(|l| l.strip_prefix(&format!("{k}=")).map(str::to_owned));
@@ -220,7 +261,7 @@ fn one_process_answers_many_calls_with_the_one_shot_environment() {
     let tmpdir = PathBuf::from(var("TMPDIR").expect("a TMPDIR"));
     assert!(tmpdir.is_dir(), "the worker's TMPDIR lives as long as it does");
     drop(runner);
-    assert!(eventually(Duration::from_secs(5), || is_dead(first as i32)));
+    assert!(eventually(Duration::from_secs(5), || is_dead(keeper as i32) && is_dead(worker)));
     assert!(eventually(Duration::from_secs(5), || !tmpdir.exists()), "and goes with it");
 }
 
@@ -233,11 +274,13 @@ fn a_crash_mid_call_is_respawned_retried_and_counted() {
     let runner = Arc::new(load(&p));
     let layer = layer("w-crash", runner.clone(), |_| {});
     let m = metered(&*runner);
-    let before = pid_of(&rt.block_on(layer.call(&request(HookName::Ingest, ingest("hi")))).unwrap().unwrap());
-    let after = rt.block_on(layer.call(&request(HookName::Ingest, ingest("crash-once")))).unwrap().unwrap();
-    assert_ne!(pid_of(&after), before, "answered by a fresh worker");
-    assert!(is_dead(before as i32));
-    assert_eq!(runner.worker_pids(), [pid_of(&after)]);
+    let before = token_of(&rt.block_on(layer.call(&request(HookName::Ingest, ingest("hi")))).unwrap().unwrap());
+    let (before_pid, before_keeper) = (host_pid(&before), keeper_of(&before));
+    let after = token_of(&rt.block_on(layer.call(&request(HookName::Ingest, ingest("crash-once")))).unwrap().unwrap());
+    assert_ne!(after, before, "answered by a fresh worker");
+    assert!(eventually(Duration::from_secs(2), || is_dead(before_pid) && is_dead(before_keeper as i32)));
+    assert_eq!(runner.worker_pids(), [keeper_of(&after)]);
+    assert_ne!(keeper_of(&after), before_keeper);
     assert_eq!(worker_counts(&m, "w-crash"), (1, 1), "one respawn, one retry");
 }
 
@@ -246,10 +289,12 @@ fn a_garbage_line_replaces_the_worker() {
     let p = bash_worker("w-garbage", MISBEHAVING, "");
     let rt = rt();
     let runner = load(&p);
-    let before = pid_of(&call(&rt, &runner, HookName::Ingest, ingest("hi")).unwrap());
-    let after = pid_of(&call(&rt, &runner, HookName::Ingest, ingest("garbage-once")).unwrap());
+    let before = token_of(&call(&rt, &runner, HookName::Ingest, ingest("hi")).unwrap());
+    let (before_pid, before_keeper) = (host_pid(&before), keeper_of(&before));
+    let after = token_of(&call(&rt, &runner, HookName::Ingest, ingest("garbage-once")).unwrap());
     assert_ne!(after, before);
-    assert!(is_dead(before as i32));
+    assert!(eventually(Duration::from_secs(2), || is_dead(before_pid) && is_dead(before_keeper as i32)));
+    assert_eq!(runner.worker_pids(), [keeper_of(&after)]);
 
     // A worker that only ever writes garbage: the call fails, saying why.
     let p = bash_worker("w-garbage-always", "while read -r l; do echo 'hello there'; done\n", "");
@@ -269,16 +314,27 @@ fn metered(runner: &dyn Runner) -> Arc<Metrics> {
 
 #[test]
 fn a_slow_reply_past_the_deadline_kills_the_whole_group() {
-    let p = bash_worker("w-slow", MISBEHAVING, "hook_timeout_secs = 1");
+    let slow = Marker::new();
+    let settings = format!("hook_timeout_secs = 1\n[env]\nSLOW_ARG = \"{}\"", slow.arg(300));
+    let p = bash_worker("w-slow", MISBEHAVING, &settings);
     let rt = rt();
     let runner = load(&p);
     let m = metered(&runner);
-    let before = pid_of(&call(&rt, &runner, HookName::Ingest, ingest("hi")).unwrap());
-    let after = pid_of(&call(&rt, &runner, HookName::Ingest, ingest("slow-once")).unwrap());
+    let before = token_of(&call(&rt, &runner, HookName::Ingest, ingest("hi")).unwrap());
+    let (before_pid, before_keeper) = (host_pid(&before), keeper_of(&before));
+    let (after, slept) = std::thread::scope(|s| {
+        let slow_call = s.spawn(|| call(&rt, &runner, HookName::Ingest, ingest("slow-once")));
+        let slept = slow.running(2, Duration::from_secs(5));
+        (token_of(&slow_call.join().unwrap().unwrap()), slept)
+    });
+    assert!(slept, "the slow worker's two sleeps ran");
     assert_ne!(after, before, "retried on a fresh worker after the deadline");
-    let grandchild: i32 = std::fs::read_to_string(p.dir.join("grandchild")).unwrap().trim().parse().unwrap();
-    assert!(is_dead(before as i32), "the slow worker was killed");
-    assert!(is_dead(grandchild), "and its background child with it (the whole group)");
+    assert!(
+        eventually(Duration::from_secs(2), || is_dead(before_pid) && is_dead(before_keeper as i32)),
+        "the slow worker was killed"
+    );
+    assert!(slow.gone_soon(), "and its background child with it (the whole group): {:?}", slow.pids());
+    assert_eq!(runner.worker_pids(), [keeper_of(&after)]);
     assert_eq!(worker_counts(&m, "w-slow"), (1, 1));
 
     // Always slow: both attempts time out and the call fails with the timeout.
@@ -293,10 +349,12 @@ fn a_reply_over_4_mib_replaces_the_worker() {
     let p = bash_worker("w-big", MISBEHAVING, "");
     let rt = rt();
     let runner = load(&p);
-    let before = pid_of(&call(&rt, &runner, HookName::Ingest, ingest("hi")).unwrap());
-    let after = pid_of(&call(&rt, &runner, HookName::Ingest, ingest("big-once")).unwrap());
+    let before = token_of(&call(&rt, &runner, HookName::Ingest, ingest("hi")).unwrap());
+    let (before_pid, before_keeper) = (host_pid(&before), keeper_of(&before));
+    let after = token_of(&call(&rt, &runner, HookName::Ingest, ingest("big-once")).unwrap());
     assert_ne!(after, before);
-    assert!(is_dead(before as i32));
+    assert!(eventually(Duration::from_secs(2), || is_dead(before_pid) && is_dead(before_keeper as i32)));
+    assert_eq!(runner.worker_pids(), [keeper_of(&after)]);
 
     let p =
         bash_worker("w-big-always", "while read -r l; do head -c 5000000 /dev/zero | tr '\\0' 'a'; echo; done\n", "");
@@ -344,19 +402,22 @@ fn a_crash_loop_trips_the_breaker_instead_of_respawning_forever() {
 fn max_workers_serves_concurrent_calls() {
     // Each request waits until three workers are busy at once: only three
     // concurrent workers can answer at all.
-    let body = r#"
+    let body = format!(
+        "{TOKEN}{}",
+        r#"
 mkdir -p busy
 while IFS= read -r line; do
   case "$line" in
     *together*)
-      touch "busy/$$"
+      touch "busy/$tok"
       for i in $(seq 1 500); do [ "$(ls busy | wc -l)" -ge 3 ] && break; sleep 0.02; done
       ;;
   esac
-  echo "{\"pid\": $$, \"together\": $(ls busy | wc -l)}"
+  echo "{\"worker\": \"$tok\", \"together\": $(ls busy | wc -l)}"
 done
-"#;
-    let p = bash_worker("w-many", body, "max_workers = 3\nhook_timeout_secs = 20");
+"#
+    );
+    let p = bash_worker("w-many", &body, "max_workers = 3\nhook_timeout_secs = 20");
     let rt = rt();
     let runner = Arc::new(load(&p));
     let calls = |n: usize, message: &'static str| -> Vec<Value> {
@@ -371,14 +432,16 @@ done
         handles.into_iter().map(|h| rt.block_on(h).unwrap().unwrap()).collect()
     };
     let replies = calls(3, "together");
-    let pids: BTreeSet<u32> = replies.iter().map(pid_of).collect();
-    assert_eq!(pids.len(), 3, "three workers answered at once: {replies:?}");
+    let tokens: BTreeSet<String> = replies.iter().map(token_of).collect();
+    assert_eq!(tokens.len(), 3, "three workers answered at once: {replies:?}");
     assert!(replies.iter().all(|r| r["together"] == 3));
+    let keepers: BTreeSet<u32> = tokens.iter().map(|t| keeper_of(t)).collect();
+    assert_eq!(runner.worker_pids().into_iter().collect::<BTreeSet<_>>(), keepers, "the runner's three workers");
     // More callers than workers queue: all answer, never more than three processes.
     let replies = calls(12, "queue");
     assert_eq!(replies.len(), 12);
-    assert!(replies.iter().map(pid_of).all(|p| pids.contains(&p)), "the same three workers");
-    assert!(runner.worker_pids().len() <= 3);
+    assert!(replies.iter().map(token_of).all(|t| tokens.contains(&t)), "the same three workers");
+    assert_eq!(runner.worker_pids().into_iter().collect::<BTreeSet<_>>(), keepers);
 }
 
 #[test]
@@ -389,13 +452,17 @@ fn idle_workers_stop_and_the_next_call_starts_one() {
     let m = metered(&runner);
     // The calls themselves, so the hook shows in the views.
     m.record("w-idle", HookName::Ingest, Duration::ZERO, ctxhost::metrics::CallOutcome::Success);
-    let first = pid_of(&call(&rt, &runner, HookName::Ingest, ingest("hi")).unwrap());
+    let first = token_of(&call(&rt, &runner, HookName::Ingest, ingest("hi")).unwrap());
+    let (first_pid, first_keeper) = (host_pid(&first), keeper_of(&first));
     assert!(
-        eventually(Duration::from_secs(10), || is_dead(first as i32) && runner.worker_pids().is_empty()),
+        eventually(Duration::from_secs(10), || is_dead(first_pid)
+            && is_dead(first_keeper as i32)
+            && runner.worker_pids().is_empty()),
         "the idle worker stopped"
     );
-    let second = pid_of(&call(&rt, &runner, HookName::Ingest, ingest("again")).unwrap());
+    let second = token_of(&call(&rt, &runner, HookName::Ingest, ingest("again")).unwrap());
     assert_ne!(second, first);
+    assert_eq!(runner.worker_pids(), [keeper_of(&second)]);
     assert_eq!(worker_counts(&m, "w-idle"), (0, 0), "an idle stop is no fault");
 }
 
@@ -417,8 +484,28 @@ fn prewarm_starts_every_script_at_the_first_call() {
 
 // --- a daemon: 1,000 calls, reload under load -------------------------------
 
-/// The processes below `pid`.
+/// The processes below `pid`. A worker is two of them: the process the
+/// daemon spawned, and below it the hook (pid 1 of its own namespace).
 fn descendants(pid: i32) -> Vec<i32> {
+    let parent_of = process_table();
+    let mut found = vec![pid];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// The processes `pid` spawned itself: one per worker.
+fn children(pid: i32) -> Vec<i32> {
+    process_table().into_iter().filter(|&(_, pp)| pp == pid).map(|(c, _)| c).collect()
+}
+
+/// (pid, parent pid) of every live process.
+fn process_table() -> Vec<(i32, i32)> {
     let mut parent_of = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Some(child) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
@@ -432,15 +519,7 @@ fn descendants(pid: i32) -> Vec<i32> {
             parent_of.push((child, ppid));
         }
     }
-    let mut found = vec![pid];
-    let mut i = 0;
-    while i < found.len() {
-        let p = found[i];
-        found.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
-        i += 1;
-    }
-    found.remove(0);
-    found
+    parent_of
 }
 
 fn open_fds(pid: i32) -> usize {
@@ -471,15 +550,16 @@ fn a_thousand_sequential_calls_leak_no_fds_and_no_processes() {
     for i in 0..20 {
         agent_ingest(&d, "a", &format!("warm up {i}"));
     }
-    let (fds, children) = (open_fds(d.pid()), descendants(d.pid()));
-    assert_eq!(children.len(), 1, "one python worker: {children:?}");
+    let (fds, tree) = (open_fds(d.pid()), descendants(d.pid()));
+    assert_eq!(children(d.pid()).len(), 1, "one python worker: {tree:?}");
+    assert_eq!(tree.len(), 2, "the worker and its python process, nothing else: {tree:?}");
     for i in 0..1000 {
         agent_ingest(&d, "a", &format!("call {i} about gardens"));
     }
     // A closed connection may take a moment to leave the daemon's table.
     let settled = eventually(Duration::from_secs(3), || open_fds(d.pid()) <= fds);
     assert!(settled, "open fds grew: {fds} before, {} after 1,000 calls", open_fds(d.pid()));
-    assert_eq!(descendants(d.pid()), children, "the same single worker process");
+    assert_eq!(descendants(d.pid()), tree, "the same single worker process");
     let metrics = d.get("/api/context-engine/metrics").json();
     assert_eq!(metrics["ingest"]["failures"], 0, "{metrics}");
 }
@@ -491,7 +571,7 @@ fn a_reload_with_calls_in_flight_loses_none_and_stops_the_old_workers() {
     let d = Arc::new(Daemon::start(&home, &[], &[]));
     agent_ingest(&d, "a", "warm up");
     let old = descendants(d.pid());
-    assert_eq!(old.len(), 1, "{old:?}");
+    assert_eq!((children(d.pid()).len(), old.len()), (1, 2), "one worker: {old:?}");
     let stop = Arc::new(AtomicBool::new(false));
     let calls = Arc::new(AtomicUsize::new(0));
     let callers: Vec<_> = (0..4)
@@ -511,13 +591,13 @@ fn a_reload_with_calls_in_flight_loses_none_and_stops_the_old_workers() {
         let target = calls.load(Ordering::SeqCst) + more;
         assert!(eventually(Duration::from_secs(30), || calls.load(Ordering::SeqCst) >= target), "calls stalled");
     };
-    let mut seen: BTreeSet<i32> = old.iter().copied().collect();
+    let mut seen: BTreeSet<i32> = children(d.pid()).into_iter().collect();
     wait_for_calls(10);
     for _ in 0..3 {
         let r = d.post("/api/plugins/python-worker/reload", "");
         assert_eq!(r.status, 200, "{}", r.body);
         wait_for_calls(10);
-        seen.extend(descendants(d.pid()));
+        seen.extend(children(d.pid()));
     }
     stop.store(true, Ordering::SeqCst);
     for c in callers {
@@ -525,11 +605,11 @@ fn a_reload_with_calls_in_flight_loses_none_and_stops_the_old_workers() {
     }
     assert!(seen.len() >= 2, "reloads started new workers: {seen:?}");
     assert!(
-        eventually(Duration::from_secs(5), || descendants(d.pid()).len() == 1),
+        eventually(Duration::from_secs(5), || children(d.pid()).len() == 1 && descendants(d.pid()).len() == 2),
         "only the newest worker is left: {:?}",
         descendants(d.pid())
     );
-    assert!(old.iter().all(|&p| is_dead(p)), "the first worker stopped");
+    assert!(old.iter().all(|&p| is_dead(p)), "the first worker stopped, its python process too");
     let metrics = d.get("/api/context-engine/metrics").json();
     assert_eq!(metrics["ingest"]["failures"], 0, "{metrics}");
 }
@@ -550,8 +630,8 @@ fn a_daemon_prewarms_workers_at_start() {
     write(&home.join("config.toml"), "[context_engine]\nplugin = \"warm\"\n");
     let d = Daemon::start(&home, &[], &[]);
     assert!(
-        eventually(Duration::from_secs(5), || descendants(d.pid()).len() == 2),
-        "two workers before any call: {:?}",
+        eventually(Duration::from_secs(5), || children(d.pid()).len() == 2 && descendants(d.pid()).len() == 4),
+        "two workers (each with its hook) before any call: {:?}",
         descendants(d.pid())
     );
     let (ok, stderr) = d.stop();

@@ -10,6 +10,7 @@
 //! Raw workers (no client) are small python scripts, so each test controls
 //! exactly which lines go out. Plugin names are unique per test.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +25,7 @@ use ctxhost::runner::{CallOptions, HookError};
 use serde_json::{Value, json};
 
 use super::{eventually, rt};
+use crate::util::procs::{pid_with_token, pids_with_arg};
 use crate::util::{TestPlugin, ctxhost, example, is_dead, repo_root, require_program, write};
 
 /// A python `jsonrpc` worker plugin: `worker` is `hooks/worker.py` (the
@@ -92,16 +94,35 @@ fn tool_call(args: Value) -> Value {
     json!({"name": "probe", "args": args, "agent_id": "agent-1"})
 }
 
-fn pid_of(reply: &Value) -> i32 {
-    reply["pid"].as_i64().unwrap_or_else(|| panic!("no pid in {reply}")) as i32
+/// The token of the worker that answered.
+fn token_of(reply: &Value) -> String {
+    reply["worker"].as_str().unwrap_or_else(|| panic!("no worker token in {reply}")).to_owned()
+}
+
+/// The first lines of a python worker: it re-executes itself once with a
+/// fresh token as its last argument (`TOKEN`). The token names the process
+/// in its replies and in the host's `/proc` (its pid is 1 of its own pid
+/// namespace, the same for every worker).
+macro_rules! py_token {
+    () => {
+        r#"
+import os, sys, uuid
+if not sys.argv[-1].startswith("worker-"):
+    argv = getattr(sys, "orig_argv", [sys.executable] + sys.argv)
+    os.execv(sys.executable, argv + ["worker-" + str(uuid.uuid4())])
+TOKEN = sys.argv[-1]
+"#
+    };
 }
 
 // --- raw workers: the framing and the reading rule ----------------------------
 
-/// Answers every request with what it saw (and its pid); `mode` in the
+/// Answers every request with what it saw (and its token); `mode` in the
 /// params' args first writes lines the host must skip.
-const ECHO: &str = r#"
-import json, os, sys
+const ECHO: &str = concat!(
+    py_token!(),
+    r#"
+import json, sys
 for line in sys.stdin:
     req = json.loads(line)
     mode = ((req.get("params") or {}).get("args") or {}).get("mode")
@@ -115,9 +136,10 @@ for line in sys.stdin:
         out.write(json.dumps({"jsonrpc": "2.0", "id": 999999, "result": {"stale": True}}) + "\n")
         out.write(json.dumps({"jsonrpc": "2.0", "id": str(req["id"]), "result": {"stale": "string id"}}) + "\n")
         out.write(json.dumps({"jsonrpc": "2.0", "id": 999998, "error": {"code": 1, "message": "stale"}}) + "\n")
-    out.write(json.dumps({"jsonrpc": "2.0", "id": req["id"], "result": {"pid": os.getpid(), "seen": req}}) + "\n")
+    out.write(json.dumps({"jsonrpc": "2.0", "id": req["id"], "result": {"worker": TOKEN, "seen": req}}) + "\n")
     out.flush()
-"#;
+"#
+);
 
 #[test]
 fn a_hook_call_is_a_request_with_id_method_and_the_one_shot_params() {
@@ -137,7 +159,7 @@ fn a_hook_call_is_a_request_with_id_method_and_the_one_shot_params() {
     let first_id = seen["id"].as_u64().expect("a numeric id");
 
     let second = loaded.call(&rt, HookName::ToolCallPre, body).unwrap();
-    assert_eq!(pid_of(&second), pid_of(&first), "the same worker");
+    assert_eq!(token_of(&second), token_of(&first), "the same worker");
     assert!(second["seen"]["id"].as_u64().unwrap() > first_id, "a new id per call: {second}");
 
     let ingest = json!({"agent_id": "a", "message": "hello", "peer_id": null});
@@ -157,7 +179,7 @@ fn junk_lines_before_the_response_are_skipped() {
     let first = loaded.call(&rt, HookName::ToolCallPre, tool_call(json!({"mode": "junk"}))).unwrap();
     assert_eq!(first["seen"]["method"], "hook/tool_call_pre");
     let second = loaded.call(&rt, HookName::ToolCallPre, tool_call(json!({"mode": "junk"}))).unwrap();
-    assert_eq!(pid_of(&second), pid_of(&first), "junk is never fatal: the same worker");
+    assert_eq!(token_of(&second), token_of(&first), "junk is never fatal: the same worker");
 }
 
 #[test]
@@ -168,15 +190,17 @@ fn a_response_to_another_id_is_skipped() {
     let r = loaded.call(&rt, HookName::ToolCallPre, tool_call(json!({"mode": "wrong-id"}))).unwrap();
     assert!(r.get("stale").is_none() && r["seen"]["method"] == "hook/tool_call_pre", "{r}");
     let again = loaded.call(&rt, HookName::ToolCallPre, tool_call(json!({"mode": "wrong-id"}))).unwrap();
-    assert_eq!(pid_of(&again), pid_of(&r));
+    assert_eq!(token_of(&again), token_of(&r));
 }
 
-/// Calls `config.list` forever instead of answering; appends its pid to
-/// `pids` and a line to `calls` per answered service call.
-const SERVICES_FOREVER: &str = r#"
-import json, os, sys
-with open("pids", "a") as f:
-    f.write("%d\n" % os.getpid())
+/// Calls `config.list` forever instead of answering; appends its token to
+/// `tokens` and a line to `calls` per answered service call.
+const SERVICES_FOREVER: &str = concat!(
+    py_token!(),
+    r#"
+import json, sys
+with open("tokens", "a") as f:
+    f.write(TOKEN + "\n")
 for line in sys.stdin:
     n = 0
     while True:
@@ -187,7 +211,8 @@ for line in sys.stdin:
         if n == 5:
             with open("calls", "a") as f:
                 f.write("answered %s\n" % json.dumps(answer["result"]["values"]))
-"#;
+"#
+);
 
 #[test]
 fn a_worker_calling_services_forever_times_out_and_is_killed() {
@@ -204,17 +229,22 @@ fn a_worker_calling_services_forever_times_out_and_is_killed() {
     );
     let calls = std::fs::read_to_string(p.dir.join("calls")).unwrap_or_default();
     assert!(calls.contains(r#"answered {"LIMIT": 3}"#), "its service calls were answered meanwhile: {calls:?}");
-    let pids: Vec<i32> =
-        std::fs::read_to_string(p.dir.join("pids")).unwrap().lines().map(|l| l.parse().unwrap()).collect();
-    assert_eq!(pids.len(), 2, "a start and the retry's: {pids:?}");
-    assert!(eventually(Duration::from_secs(5), || pids.iter().all(|&p| is_dead(p))), "both killed: {pids:?}");
+    let text = std::fs::read_to_string(p.dir.join("tokens")).unwrap();
+    let tokens: BTreeSet<&str> = text.lines().collect();
+    assert_eq!(tokens.len(), 2, "a start and the retry's: {tokens:?}");
+    assert!(
+        eventually(Duration::from_secs(5), || tokens.iter().all(|t| pids_with_arg(t).is_empty())),
+        "both killed: {tokens:?}"
+    );
 }
 
 // --- the python client ----------------------------------------------------------
 
 /// A python client worker exercising the services (`do` in the args says what).
-const PY_WORKER: &str = r#"
-import os, time
+const PY_WORKER: &str = concat!(
+    py_token!(),
+    r#"
+import time
 from ctxhost_rpc import host, RpcError
 
 
@@ -233,7 +263,7 @@ def tool_call_pre(request):
         raise ValueError("boom requested")
     if do == "services":
         me = "/plugins/" + args["plugin"]
-        seen = {"pid": os.getpid()}
+        seen = {"worker": TOKEN}
         seen["get_default"] = host.call("config.get", {"key": "LIMIT"})
         seen["set"] = host.call("config.set", {"key": "LIMIT", "value": 7})
         seen["get_after"] = host.call("config.get", {"key": "LIMIT"})
@@ -258,10 +288,10 @@ def tool_call_pre(request):
         host.call("storage.set", {"key": args["mine"], "value": True})
         for _ in range(1000):
             if host.call("storage.get", {"key": args["other"]}):
-                return {"met": True, "pid": os.getpid()}
+                return {"met": True, "worker": TOKEN}
             time.sleep(0.01)
-        return {"met": False, "pid": os.getpid()}
-    return {"action": "pass", "pid": os.getpid()}
+        return {"met": False, "worker": TOKEN}
+    return {"action": "pass", "worker": TOKEN}
 
 
 def read_symbolic(request):
@@ -270,7 +300,8 @@ def read_symbolic(request):
 
 host.on("read_symbolic", read_symbolic)
 host.run()
-"#;
+"#
+);
 
 /// What a worker saw of the services in one call, checked against the
 /// host's own view of them afterwards.
@@ -314,7 +345,7 @@ fn the_python_client_calls_the_services_during_a_hook() {
     check_services_seen(&loaded, name, &seen);
     let pass = loaded.call(&rt, HookName::ToolCallPre, tool_call(json!({}))).unwrap();
     assert_eq!(pass["action"], "pass");
-    assert_eq!(pid_of(&pass), pid_of(&seen), "one worker served both calls");
+    assert_eq!(token_of(&pass), token_of(&seen), "one worker served both calls");
     let sym = loaded.call(&rt, HookName::ReadSymbolic, json!({"path": "/plugins/x/live"})).unwrap();
     assert_eq!(sym, "computed /plugins/x/live", "vfs/read_symbolic reaches its handler");
 }
@@ -355,7 +386,8 @@ fn an_error_answer_fails_the_call_and_keeps_the_worker() {
     let p = python_plugin("rpc-py-boom", PY_WORKER, &["tool_call_pre"], "");
     let rt = rt();
     let loaded = load(&p, true);
-    let before = pid_of(&loaded.call(&rt, HookName::ToolCallPre, tool_call(json!({}))).unwrap());
+    let before = token_of(&loaded.call(&rt, HookName::ToolCallPre, tool_call(json!({}))).unwrap());
+    let worker = pid_with_token(&before);
     let err = loaded.call(&rt, HookName::ToolCallPre, tool_call(json!({"do": "boom"}))).unwrap_err();
     assert!(matches!(err, HookError::Worker(_)), "{err:?}");
     let text = err.to_string();
@@ -363,9 +395,10 @@ fn an_error_answer_fails_the_call_and_keeps_the_worker() {
         text.contains("ValueError: boom requested") && text.contains("hook/tool_call_pre") && text.contains("-32000"),
         "{text}"
     );
-    let after = pid_of(&loaded.call(&rt, HookName::ToolCallPre, tool_call(json!({}))).unwrap());
+    let after = token_of(&loaded.call(&rt, HookName::ToolCallPre, tool_call(json!({}))).unwrap());
     assert_eq!(after, before, "the worker answered, so it stays");
-    assert!(!is_dead(before));
+    assert_eq!(pid_with_token(&before), worker);
+    assert!(!is_dead(worker));
 }
 
 #[test]
@@ -388,13 +421,14 @@ fn two_workers_use_the_services_at_the_same_time() {
         .collect();
     let replies: Vec<Value> = calls.into_iter().map(|h| rt.block_on(h).unwrap().unwrap()).collect();
     assert!(replies.iter().all(|r| r["met"] == true), "{replies:?}");
-    assert_ne!(pid_of(&replies[0]), pid_of(&replies[1]), "two workers");
+    assert_ne!(token_of(&replies[0]), token_of(&replies[1]), "two workers");
 }
 
 // --- the node client --------------------------------------------------------------
 
 const NODE_WORKER: &str = r#"
 const { host, RpcError } = require('./ctxhost_rpc');
+const TOKEN = 'worker-' + require('crypto').randomUUID();
 
 async function attempt(method, params) {
   try {
@@ -410,7 +444,7 @@ host.on('tool_call_pre', async (request) => {
   if (args.do === 'boom') throw new TypeError('boom requested');
   if (args.do === 'services') {
     const me = '/plugins/' + args.plugin;
-    const seen = { pid: process.pid };
+    const seen = { worker: TOKEN };
     seen.get_default = await host.call('config.get', { key: 'LIMIT' });
     seen.set = await host.call('config.set', { key: 'LIMIT', value: 7 });
     seen.get_after = await host.call('config.get', { key: 'LIMIT' });
@@ -433,7 +467,7 @@ host.on('tool_call_pre', async (request) => {
       vfs_elsewhere: await attempt('vfs.write', { path: '/plugins/someone-else/x', content: 'no' }),
     };
   }
-  return { action: 'pass', pid: process.pid };
+  return { action: 'pass', worker: TOKEN };
 });
 
 host.on('read_symbolic', (request) => 'computed ' + request.path);
@@ -455,7 +489,7 @@ fn the_node_client_calls_the_services_during_a_hook() {
     assert!(err.contains("TypeError: boom requested"), "{err}");
     let pass = loaded.call(&rt, HookName::ToolCallPre, tool_call(json!({}))).unwrap();
     assert_eq!(pass["action"], "pass");
-    assert_eq!(pid_of(&pass), pid_of(&seen), "one worker served every call, the failed one too");
+    assert_eq!(token_of(&pass), token_of(&seen), "one worker served every call, the failed one too");
     let sym = loaded.call(&rt, HookName::ReadSymbolic, json!({"path": "/plugins/x/live"})).unwrap();
     assert_eq!(sym, "computed /plugins/x/live");
 }
