@@ -132,8 +132,10 @@ fn host_pid(token: &str) -> i32 {
 /// process whose token is `token`: the hook is a child of the process the
 /// runner spawned.
 fn keeper_of(token: &str) -> u32 {
+    // hook -> its namespace's init -> the keeper (the process ctxhost started).
     let pid = host_pid(token);
-    parent_of(pid).unwrap_or_else(|| panic!("no parent of {pid}")) as u32
+    let init = parent_of(pid).unwrap_or_else(|| panic!("no parent of {pid}"));
+    parent_of(init).unwrap_or_else(|| panic!("no parent of {init}")) as u32
 }
 
 /// A layer (the engine's policies, breaker included) over `runner`.
@@ -552,7 +554,11 @@ fn a_thousand_sequential_calls_leak_no_fds_and_no_processes() {
     }
     let (fds, tree) = (open_fds(d.pid()), descendants(d.pid()));
     assert_eq!(children(d.pid()).len(), 1, "one python worker: {tree:?}");
-    assert_eq!(tree.len(), 2, "the worker and its python process, nothing else: {tree:?}");
+    assert_eq!(
+        tree.len(),
+        3,
+        "the worker's keeper, its namespace's init and its python process, nothing else: {tree:?}"
+    );
     for i in 0..1000 {
         agent_ingest(&d, "a", &format!("call {i} about gardens"));
     }
@@ -571,7 +577,7 @@ fn a_reload_with_calls_in_flight_loses_none_and_stops_the_old_workers() {
     let d = Arc::new(Daemon::start(&home, &[], &[]));
     agent_ingest(&d, "a", "warm up");
     let old = descendants(d.pid());
-    assert_eq!((children(d.pid()).len(), old.len()), (1, 2), "one worker: {old:?}");
+    assert_eq!((children(d.pid()).len(), old.len()), (1, 3), "one worker (keeper, init, python): {old:?}");
     let stop = Arc::new(AtomicBool::new(false));
     let calls = Arc::new(AtomicUsize::new(0));
     let callers: Vec<_> = (0..4)
@@ -605,7 +611,7 @@ fn a_reload_with_calls_in_flight_loses_none_and_stops_the_old_workers() {
     }
     assert!(seen.len() >= 2, "reloads started new workers: {seen:?}");
     assert!(
-        eventually(Duration::from_secs(5), || children(d.pid()).len() == 1 && descendants(d.pid()).len() == 2),
+        eventually(Duration::from_secs(5), || children(d.pid()).len() == 1 && descendants(d.pid()).len() == 3),
         "only the newest worker is left: {:?}",
         descendants(d.pid())
     );
@@ -630,7 +636,7 @@ fn a_daemon_prewarms_workers_at_start() {
     write(&home.join("config.toml"), "[context_engine]\nplugin = \"warm\"\n");
     let d = Daemon::start(&home, &[], &[]);
     assert!(
-        eventually(Duration::from_secs(5), || children(d.pid()).len() == 2 && descendants(d.pid()).len() == 4),
+        eventually(Duration::from_secs(5), || children(d.pid()).len() == 2 && descendants(d.pid()).len() == 6),
         "two workers (each with its hook) before any call: {:?}",
         descendants(d.pid())
     );

@@ -296,15 +296,16 @@ fn a_daemon_escaping_the_call_dies_with_it() {
     assert!(left.stdout.is_empty(), "left running: {}", String::from_utf8_lossy(&left.stdout));
 }
 
-/// Item 11. The daemon runs with a token on its command line (and another
-/// process of the test holds a secret in its argv); a hook reads every
-/// `/proc/<pid>/cmdline` it can find. It sees only its own processes: no
-/// token, no secret, and it is pid 1 of its own namespace.
+/// Item 11. The daemon runs with a token on its command line and a secret
+/// in its environment (and another process of the test holds a secret in
+/// its argv); a hook reads every `/proc/<pid>/cmdline` and `environ` it can
+/// find. It sees only its own processes: no
+/// token, no secret, and it runs in a namespace of its own.
 #[test]
 fn other_processes_are_invisible_in_proc() {
     let p = TestPlugin::new("t", &[]);
     let hook = probe_script(
-        "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -o 'tok-[a-z0-9]*\\|argv-secret-[0-9]*' | sort -u\n\
+        "cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\\0' ' ' | grep -o 'tok[-][a-z0-9]*\\|argv[-]secret[-][0-9]*' | sort -u\n\
          echo \"self $$ procs $(ls -d /proc/[0-9]* | wc -l)\"",
     );
     write(
@@ -317,7 +318,7 @@ fn other_processes_are_invisible_in_proc() {
     let daemon = Daemon::start(
         &p.home,
         &["--plugins-dir", p.dir.parent().unwrap().to_str().unwrap(), "--token", "tok-s3cretvalue"],
-        &[],
+        &[("SOME_SECRET", "tok-inenvironment")],
     );
     let r = daemon.post_with(
         "/api/agents/a/ingest",
@@ -331,7 +332,7 @@ fn other_processes_are_invisible_in_proc() {
     assert!(!lines.iter().any(|l| l.contains("tok-") || l.contains("argv-secret")), "{lines:?}");
     let procs = lines.iter().find_map(|l| l.strip_prefix("self ")).unwrap_or_else(|| panic!("{lines:?}"));
     let (pid, count) = procs.split_once(" procs ").unwrap();
-    assert_eq!(pid, "1", "the hook is pid 1 of its namespace: {lines:?}");
+    assert_eq!(pid, "2", "the hook is pid 2 of its own namespace (its init is 1): {lines:?}");
     assert!(count.trim().parse::<u32>().unwrap() <= 8, "only its own processes: {lines:?}");
 }
 

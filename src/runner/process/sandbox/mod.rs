@@ -154,7 +154,9 @@ impl Confinement {
         }
         let mut warnings = Vec::new();
         let confined = !(s.allow_filesystem && s.allow_network);
-        let hook_id = (confined && features.root).then(|| identity::hook_id(i.plugin));
+        // A plugin granted the filesystem has the daemon's files: it runs as
+        // the daemon's user (its own uid could not use the grant).
+        let hook_id = (confined && features.root && !s.allow_filesystem).then(|| identity::hook_id(i.plugin));
         let fs = (!s.allow_filesystem && features.landlock_abi >= 1).then(|| {
             let (policy, w) = fs::FsPolicy::build(&fs::FsInputs {
                 plugin: i.plugin,
@@ -185,7 +187,7 @@ impl Confinement {
             confined,
             hook_id,
             view,
-            seccomp_mode: if i.installer || hook_id.is_some() {
+            seccomp_mode: if i.installer || hook_id.is_some() || s.allow_filesystem {
                 seccomp::Mode::OwnerChecked
             } else {
                 seccomp::Mode::Strict
@@ -267,6 +269,7 @@ impl Confinement {
                 ruleset: None,
                 proc_rule: 0,
                 seccomp: None,
+                wipe: pidns::Wipe::default(),
             };
             return Ok((Some(steps), cleanup));
         }
@@ -314,6 +317,7 @@ impl Confinement {
                 ruleset,
                 proc_rule,
                 seccomp: seccomp::programs().map(|p| (p, plan.seccomp_mode)),
+                wipe: pidns::Wipe::of_this_process(),
             }),
             cleanup,
         ))
@@ -367,6 +371,8 @@ pub struct ChildSteps {
     /// Read rights for a rule on the hook's own `/proc` (0: none).
     proc_rule: u64,
     seccomp: Option<(&'static seccomp::Programs, seccomp::Mode)>,
+    /// What the namespace's init wipes of its copy of the daemon.
+    wipe: pidns::Wipe,
 }
 
 impl ChildSteps {
@@ -400,12 +406,13 @@ impl ChildSteps {
             if let Some(ns) = &self.namespaces {
                 ns.enter()?;
                 if ns.new_pid() {
-                    pidns::split()?;
+                    let status_pipe = pidns::split()?;
                     split = true;
                     pidns::mount_proc()?;
                     if let Some(view) = &self.view {
                         view.apply()?;
                     }
+                    pidns::fork_hook(status_pipe, self.hook_id, &self.wipe)?;
                 }
             }
             for &(resource, value) in &self.rlimits {
@@ -501,7 +508,7 @@ unsafe fn add_proc_rule(ruleset: libc::c_int, access: u64) -> io::Result<()> {
 ///
 /// # Safety
 /// Between fork and exec: raw syscalls, no allocation.
-unsafe fn drop_capabilities(hook_id: Option<u32>) -> io::Result<()> {
+pub(super) unsafe fn drop_capabilities(hook_id: Option<u32>) -> io::Result<()> {
     const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
     const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
     const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
