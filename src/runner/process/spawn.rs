@@ -55,6 +55,7 @@ pub fn spawn(spec: SpawnSpec<'_>) -> Result<Spawned, HookError> {
     let spawn_error = |source| HookError::Spawn { program: spec.command.program.clone(), source };
     let (steps, cleanup) = spec.confinement.prepare(spec.tmpdir).map_err(spawn_error)?;
     if let Some(mut steps) = steps {
+        steps.set_exec(std::path::Path::new(&spec.command.program), &spec.command.args, &spec.env);
         // SAFETY: `apply` only makes syscalls on fds and buffers prepared
         // above (no allocation on success, no locks), as pre_exec requires.
         unsafe {

@@ -270,6 +270,7 @@ impl Confinement {
                 proc_rule: 0,
                 seccomp: None,
                 wipe: pidns::Wipe::default(),
+                exec: None,
             };
             return Ok((Some(steps), cleanup));
         }
@@ -318,6 +319,7 @@ impl Confinement {
                 proc_rule,
                 seccomp: seccomp::programs().map(|p| (p, plan.seccomp_mode)),
                 wipe: pidns::Wipe::of_this_process(),
+                exec: None,
             }),
             cleanup,
         ))
@@ -373,6 +375,8 @@ pub struct ChildSteps {
     seccomp: Option<(&'static seccomp::Programs, seccomp::Mode)>,
     /// What the namespace's init wipes of its copy of the daemon.
     wipe: pidns::Wipe,
+    /// The hook's own exec, when the init clones it (see `set_exec`).
+    exec: Option<pidns::Exec>,
 }
 
 impl ChildSteps {
@@ -393,6 +397,17 @@ impl ChildSteps {
             if self.confined && libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) != 0 {
                 close_on_exec_by_hand();
             }
+            if self.confined {
+                // The keeper and the init never exec: the daemon's signal
+                // handlers (a runtime's SIGCHLD handler writing to a pipe
+                // they closed) must not run in them. exec would reset them
+                // for the hook all the same.
+                for signal in 1..libc::SIGRTMAX() {
+                    if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+                        libc::signal(signal, libc::SIG_DFL);
+                    }
+                }
+            }
             for fd in &self.join {
                 // "0" means the writing process.
                 if libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) != 1 {
@@ -406,15 +421,64 @@ impl ChildSteps {
             if let Some(ns) = &self.namespaces {
                 ns.enter()?;
                 if ns.new_pid() {
+                    if self.exec.is_some() {
+                        let mut keep = [-1; 64];
+                        let mut n = 0;
+                        for fd in self
+                            .ruleset
+                            .iter()
+                            .map(|f| f.as_raw_fd())
+                            .chain(self.view.iter().flat_map(|v| v.tree_fds()))
+                        {
+                            if n < keep.len() {
+                                keep[n] = fd;
+                                n += 1;
+                            }
+                        }
+                        // Returns only when the clone itself failed: then fork.
+                        let _ = pidns::split_without_copies(self, &keep[..n]);
+                    }
                     let status_pipe = pidns::split()?;
                     split = true;
                     pidns::mount_proc()?;
                     if let Some(view) = &self.view {
                         view.apply()?;
                     }
+                    if self.exec.is_some() {
+                        // The hook starts from the init without copying its
+                        // memory and execs by itself (never returns here).
+                        pidns::clone_hook(status_pipe, self.hook_id, &self.wipe, self)?;
+                    }
                     pidns::fork_hook(status_pipe, self.hook_id, &self.wipe)?;
                 }
             }
+            self.finish(split)
+        }
+    }
+
+    /// In the namespace's init: its `/proc` and the view's covers.
+    ///
+    /// # Safety
+    /// Between clone and exec, in the init.
+    pub(super) unsafe fn init_namespace(&self) -> io::Result<()> {
+        // SAFETY: mounts in the init's own mount namespace.
+        unsafe {
+            pidns::mount_proc()?;
+            if let Some(view) = &self.view {
+                view.apply()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The last steps, in the hook: rlimits, capabilities and identity,
+    /// no-new-privs, Landlock, seccomp.
+    ///
+    /// # Safety
+    /// Between fork (or clone) and exec.
+    unsafe fn finish(&self, split: bool) -> io::Result<()> {
+        // SAFETY: syscalls on this process with buffers prepared by the parent.
+        unsafe {
             for &(resource, value) in &self.rlimits {
                 let limit = libc::rlimit { rlim_cur: value, rlim_max: value };
                 if libc::setrlimit(resource, &limit) != 0 {
@@ -445,6 +509,85 @@ impl ChildSteps {
             }
         }
         Ok(())
+    }
+
+    /// The hook's own `execve` (program, argv, envp prepared in the parent),
+    /// for the start that does not go back through `Command`: the
+    /// namespace's init clones the hook sharing its memory (no copy of the
+    /// daemon's page tables, about 0.2 ms less per call).
+    pub fn set_exec(
+        &mut self,
+        program: &Path,
+        args: &[std::ffi::OsString],
+        env: &[(std::ffi::OsString, std::ffi::OsString)],
+    ) {
+        use std::os::unix::ffi::OsStrExt;
+        if !program.is_absolute() || !self.namespaces.as_ref().is_some_and(netns::Namespaces::new_pid) {
+            return;
+        }
+        let c = |b: &[u8]| std::ffi::CString::new(b).ok();
+        let Some(program) = c(program.as_os_str().as_bytes()) else { return };
+        let mut argv = vec![program.clone()];
+        for a in args {
+            let Some(a) = c(a.as_bytes()) else { return };
+            argv.push(a);
+        }
+        // Later entries win, as with `Command::envs` (the spec's order).
+        let mut last: std::collections::HashMap<&std::ffi::OsStr, usize> = std::collections::HashMap::new();
+        for (i, (k, _)) in env.iter().enumerate() {
+            last.insert(k.as_os_str(), i);
+        }
+        let mut envp = Vec::with_capacity(env.len());
+        for (i, (k, v)) in env.iter().enumerate() {
+            if last.get(k.as_os_str()) != Some(&i) {
+                continue;
+            }
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            let Some(kv) = c(&kv) else { return };
+            envp.push(kv);
+        }
+        self.exec = Some(pidns::Exec::new(program, argv, envp));
+    }
+
+    /// In the cloned hook: the last steps, then `execve`. Never returns.
+    /// (A failure is written to the hook's stderr; exit code 127.)
+    ///
+    /// # Safety
+    /// In the hook cloned by the init, on its own stack.
+    pub(super) unsafe fn finish_and_exec(&self) -> ! {
+        // SAFETY: syscalls only; the exec plan lives as long as the init
+        // (suspended until this process execs or exits).
+        unsafe {
+            let error = match self.finish(true) {
+                Ok(()) => match &self.exec {
+                    Some(exec) => exec.exec(),
+                    None => io::Error::from_raw_os_error(libc::EINVAL),
+                },
+                Err(e) => e,
+            };
+            report_and_exit(&error)
+        }
+    }
+}
+
+/// Writes `ctxhost: the hook could not start in its sandbox (errno N)` to
+/// stderr and exits 127: after a clone there is no way back to `spawn`.
+///
+/// # Safety
+/// Between fork/clone and exec.
+pub(super) unsafe fn report_and_exit(error: &io::Error) -> ! {
+    let code = error.raw_os_error().unwrap_or(0);
+    let mut msg = *b"ctxhost: the hook could not start in its sandbox (errno    )\n";
+    let digits = [code / 100 % 10, code / 10 % 10, code % 10];
+    for (i, d) in digits.iter().enumerate() {
+        msg[57 + i] = b'0' + *d as u8;
+    }
+    // SAFETY: write + _exit.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::_exit(127)
     }
 }
 

@@ -32,6 +32,113 @@ pub unsafe fn split() -> io::Result<libc::c_int> {
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(io::Error::last_os_error());
     }
+    // SAFETY: as this function.
+    unsafe { fork_init(fds) }
+}
+
+/// As [`split`], with the whole start of the hook done without copying
+/// memory: the init is cloned sharing the keeper's (`CLONE_VM |
+/// CLONE_VFORK`, on its own stack), sets up the namespace and clones the
+/// hook, which execs by itself. Every fd but the standard three and those
+/// the steps still need is closed first (std's exec-error pipe among them:
+/// the keeper waits, suspended, for the init to end). Never returns;
+/// `Err` when the clone itself failed (the caller then forks).
+///
+/// # Safety
+/// Only between fork and exec, in a single-threaded child, after `unshare`.
+pub unsafe fn split_without_copies(steps: &super::ChildSteps, keep: &[libc::c_int]) -> io::Result<()> {
+    extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` points at the (keeper's) steps and status pipe,
+        // alive while the keeper is suspended (CLONE_VFORK).
+        unsafe {
+            let (steps, pipe) = &*(arg as *const (&super::ChildSteps, [libc::c_int; 2]));
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            libc::close(pipe[0]);
+            if let Err(e) = steps.init_namespace() {
+                super::report_and_exit(&e)
+            }
+            if let Err(e) = clone_hook(pipe[1], steps.hook_id, &steps.wipe, steps) {
+                super::report_and_exit(&e)
+            }
+            libc::_exit(127)
+        }
+    }
+    let mut fds = [-1; 2];
+    // SAFETY: pipe2 into a local array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: closing fds of this process that nothing below uses.
+    unsafe { close_all_but(keep, fds) };
+    let Some(exec) = &steps.exec else { return Err(io::Error::from_raw_os_error(libc::EINVAL)) };
+    let arg = (steps, fds);
+    // The init's stack: the upper half of the plan's stack, growing down
+    // to its middle (the hook, cloned by the init, grows down from there).
+    // SAFETY: the stack top, 16-byte aligned, the end of the plan's stack.
+    let top = unsafe { exec.stack_base().add(exec.stack_len()) } as usize & !15;
+    // SAFETY: clone with a valid function, stack and argument (which lives
+    // on this stack frame: this process is suspended until the init ends).
+    let pid = unsafe {
+        libc::clone(
+            init_main,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            &arg as *const _ as *mut libc::c_void,
+        )
+    };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the keeper's whole remaining life: syscalls only.
+    unsafe { keep_status(pid, fds) }
+}
+
+/// Closes every fd of this process but 0-2, `keep` and the pipe's two.
+///
+/// # Safety
+/// Between fork and exec.
+unsafe fn close_all_but(keep: &[libc::c_int], pipe: [libc::c_int; 2]) {
+    let mut all = [0 as libc::c_int; 72];
+    let mut n = 0;
+    for &fd in keep.iter().chain(&pipe).chain(&[0, 1, 2]) {
+        if fd >= 0 && n < all.len() {
+            all[n] = fd;
+            n += 1;
+        }
+    }
+    let kept = &mut all[..n];
+    kept.sort_unstable();
+    let mut from: u32 = 0;
+    for &fd in kept.iter() {
+        let fd = fd as u32;
+        if fd > from {
+            // SAFETY: close_range on this process's fds.
+            unsafe { libc::syscall(libc::SYS_close_range, from, fd - 1, 0u32) };
+        }
+        from = fd + 1;
+    }
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_close_range, from, u32::MAX, 0u32) };
+}
+
+/// The keeper after a [`split_without_copies`]: closes the pipe's write
+/// end, then as [`keep`].
+///
+/// # Safety
+/// Between fork and exec; never returns.
+unsafe fn keep_status(init: libc::pid_t, pipe: [libc::c_int; 2]) -> ! {
+    // SAFETY: close on this process, then the keeper's life.
+    unsafe {
+        libc::close(pipe[1]);
+        keep(init, pipe[0])
+    }
+}
+
+/// The fork of [`split`].
+///
+/// # Safety
+/// As [`split`].
+unsafe fn fork_init(fds: [libc::c_int; 2]) -> io::Result<libc::c_int> {
     // SAFETY: fork in a single-threaded child; the keeper only makes
     // syscalls and leaves with _exit.
     let pid = unsafe { libc::fork() };
@@ -99,11 +206,22 @@ unsafe fn keep(init: libc::pid_t, status_pipe: libc::c_int) -> ! {
     // SAFETY: syscalls on this process only.
     unsafe {
         quiet_except(status_pipe);
-        let mut status = wait_for(init);
+        // The hook's status comes first: the init's own end (tearing down
+        // the namespace's mounts waits for an RCU grace period) is not the
+        // call's business. It was SIGKILLed with the keeper's group if
+        // anything of it remains.
         let mut raw = [0u8; 4];
-        if libc::read(status_pipe, raw.as_mut_ptr().cast(), 4) == 4 {
-            status = i32::from_ne_bytes(raw);
-        }
+        let status = loop {
+            let n = libc::read(status_pipe, raw.as_mut_ptr().cast(), 4);
+            if n == 4 {
+                break i32::from_ne_bytes(raw);
+            }
+            if n < 0 && *libc::__errno_location() == libc::EINTR {
+                continue;
+            }
+            // The init ended without a word (killed): its own status.
+            break wait_for(init);
+        };
         if libc::WIFEXITED(status) {
             libc::_exit(libc::WEXITSTATUS(status));
         }
@@ -144,6 +262,16 @@ pub unsafe fn fork_hook(status_pipe: libc::c_int, hook_id: Option<u32>, wipe: &W
         return Ok(());
     }
     // SAFETY: the init's whole remaining life: syscalls only.
+    unsafe { init(pid, status_pipe, hook_id, wipe) }
+}
+
+/// The namespace's init: reaps every process of the namespace until the
+/// hook ends, hands its wait status to the keeper, exits.
+///
+/// # Safety
+/// Between fork and exec, in the init; never returns.
+unsafe fn init(pid: libc::pid_t, status_pipe: libc::c_int, hook_id: Option<u32>, wipe: &Wipe) -> ! {
+    // SAFETY: syscalls on this process only.
     unsafe {
         quiet_except(status_pipe);
         // The init is a copy of the daemon that never execs: the hook sees
@@ -169,6 +297,98 @@ pub unsafe fn fork_hook(status_pipe: libc::c_int, hook_id: Option<u32>, wipe: &W
         libc::write(status_pipe, raw.as_ptr().cast(), 4);
         libc::_exit(0);
     }
+}
+
+/// A hook's `execve`, prepared in the parent: no allocation in the child.
+pub struct Exec {
+    program: std::ffi::CString,
+    _argv: Vec<std::ffi::CString>,
+    _envp: Vec<std::ffi::CString>,
+    argv_ptrs: Vec<*const libc::c_char>,
+    envp_ptrs: Vec<*const libc::c_char>,
+    /// The cloned hook's stack.
+    stack: Vec<u8>,
+}
+
+// SAFETY: the raw pointers point into the CStrings owned alongside them,
+// which are never changed; the plan moves between threads only whole.
+unsafe impl Send for Exec {}
+unsafe impl Sync for Exec {}
+
+/// Stack of the cloned hook until it execs: the last steps and `execve`.
+const HOOK_STACK: usize = 256 * 1024;
+
+impl Exec {
+    pub fn new(program: std::ffi::CString, argv: Vec<std::ffi::CString>, envp: Vec<std::ffi::CString>) -> Exec {
+        let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+        argv_ptrs.push(std::ptr::null());
+        let mut envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).collect();
+        envp_ptrs.push(std::ptr::null());
+        Exec { program, _argv: argv, _envp: envp, argv_ptrs, envp_ptrs, stack: vec![0u8; HOOK_STACK] }
+    }
+
+    fn stack_len(&self) -> usize {
+        self.stack.len()
+    }
+
+    fn stack_base(&self) -> *const u8 {
+        self.stack.as_ptr()
+    }
+
+    /// `execve`; returns only with its error.
+    ///
+    /// # Safety
+    /// In the hook, between clone and exec.
+    pub(super) unsafe fn exec(&self) -> io::Error {
+        // SAFETY: NUL-terminated strings and null-terminated arrays owned by self.
+        unsafe { libc::execve(self.program.as_ptr(), self.argv_ptrs.as_ptr(), self.envp_ptrs.as_ptr()) };
+        io::Error::last_os_error()
+    }
+}
+
+/// In the init: clones the hook with `CLONE_VM | CLONE_VFORK` on its own
+/// stack — no copy of the init's memory; the init waits until the hook has
+/// exec'd — then becomes the namespace's init. Never returns (a failure to
+/// clone returns its error, and the caller forks instead).
+///
+/// # Safety
+/// Between fork and exec, in the init.
+pub unsafe fn clone_hook(
+    status_pipe: libc::c_int,
+    hook_id: Option<u32>,
+    wipe: &Wipe,
+    steps: &super::ChildSteps,
+) -> io::Result<()> {
+    extern "C" fn hook_main(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` is the ChildSteps of the init, alive while the init
+        // is suspended (CLONE_VFORK) until this process execs or exits.
+        unsafe {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            let steps = &*(arg as *const super::ChildSteps);
+            steps.finish_and_exec()
+        }
+    }
+    let Some(exec) = &steps.exec else { return Ok(()) };
+    // SAFETY: the stack top, 16-byte aligned, inside the plan's stack (the
+    // first half: the init may run on the second).
+    let top = unsafe { exec.stack.as_ptr().add(exec.stack.len() / 2) } as usize & !15;
+    // The hook must not keep the status pipe (it is close-on-exec, and
+    // closed at the hook's exec; CLONE_VFORK keeps the init from writing
+    // before then).
+    // SAFETY: clone with a valid function, stack and argument.
+    let pid = unsafe {
+        libc::clone(
+            hook_main,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            steps as *const super::ChildSteps as *mut libc::c_void,
+        )
+    };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the init's remaining life.
+    unsafe { init(pid, status_pipe, hook_id, wipe) }
 }
 
 /// The daemon's argument and environment areas (from `/proc/self/stat`),

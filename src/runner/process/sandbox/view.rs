@@ -122,6 +122,11 @@ impl View {
         self.held.push(fd);
     }
 
+    /// The detached trees cloned in the child (kept open until attached).
+    pub fn tree_fds(&self) -> impl Iterator<Item = RawFd> + '_ {
+        self.trees.iter().copied().filter(|&fd| fd >= 0)
+    }
+
     /// Nothing to cover.
     pub fn is_empty(&self) -> bool {
         self.covers.is_empty()
