@@ -86,13 +86,6 @@ pub enum DepsError {
     NotInstalled { id: String, file: PathBuf, state: &'static str },
     #[error(transparent)]
     Venv(#[from] VenvError),
-    #[error("failed to {action} `{}`: {source}", path.display())]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
 }
 
 /// `<home>/faust/requirements/`.
@@ -169,11 +162,7 @@ pub fn prepare(dir: &Path, cx: &LoadContext<'_>, install: Install) -> Result<Pre
     let given = dir.join("requirements.txt");
     let mut python = None;
     let (file, text) = if given.is_file() {
-        let text = std::fs::read_to_string(&given).map_err(|source| DepsError::Io {
-            action: "read",
-            path: given.clone(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(&given).map_err(VenvError::io("read", &given))?;
         (given, text)
     } else {
         let program = base_python(&pj, dir, cx)?;
@@ -191,11 +180,7 @@ pub fn prepare(dir: &Path, cx: &LoadContext<'_>, install: Install) -> Result<Pre
                 }
                 let file = requirements_dir(cx).join(format!("{}.txt", pj.id));
                 let text = deps.join("\n") + "\n";
-                crate::home::Home::write_atomic(&file, text.as_bytes()).map_err(|source| DepsError::Io {
-                    action: "write",
-                    path: file.clone(),
-                    source,
-                })?;
+                crate::home::Home::write_atomic(&file, text.as_bytes()).map_err(VenvError::io("write", &file))?;
                 (file, text)
             }
         }
@@ -244,11 +229,7 @@ pub fn prepare(dir: &Path, cx: &LoadContext<'_>, install: Install) -> Result<Pre
         tracing::info!(plugin = %pj.id, "{summary}");
     }
     prepared.venv = Some(built.activate(cx.home, &pj.id)?);
-    crate::home::Home::write_atomic(&stamp_file, stamp.as_bytes()).map_err(|source| DepsError::Io {
-        action: "write",
-        path: stamp_file.clone(),
-        source,
-    })?;
+    crate::home::Home::write_atomic(&stamp_file, stamp.as_bytes()).map_err(VenvError::io("write", &stamp_file))?;
     prepared.installed = Some(summary);
     Ok(prepared)
 }

@@ -92,6 +92,14 @@ const ARCHIVE_SUFFIXES: &[&str] =
     &[".whl", ".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tlz", ".tar.lz", ".tar.lzma"];
 
 /// Why an environment could not be built.
+impl VenvError {
+    /// `map_err` for a failed file operation on `path`.
+    pub(crate) fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> VenvError {
+        let path = path.to_owned();
+        move |source| VenvError::Io { action, path, source }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum VenvError {
@@ -325,10 +333,7 @@ pub fn build(cx: &LoadContext<'_>, req: &Request<'_>) -> Result<Built, VenvError
     let name = req.name;
     let link = home.venv_dir(name);
     let parent = link.parent().unwrap_or(home.root()).to_owned();
-    let io = |action, path: &Path| {
-        let path = path.to_owned();
-        move |source| VenvError::Io { action, path, source }
-    };
+    let io = VenvError::io;
     Home::ensure_dir(&parent).map_err(io("create", &parent))?;
     let real = tempfile::Builder::new()
         .prefix(&format!(".{name}-"))

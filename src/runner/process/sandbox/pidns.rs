@@ -134,25 +134,36 @@ unsafe fn keep_status(init: libc::pid_t, pipe: [libc::c_int; 2]) -> ! {
     }
 }
 
+/// `fork`; in the child, `SIGKILL` when the parent dies and `close_in_child`
+/// closed. Returns the child's pid in the parent, 0 in the child.
+///
+/// # Safety
+/// Between fork and exec, in a single-threaded process.
+unsafe fn fork_dying_with_parent(close_in_child: libc::c_int) -> io::Result<libc::pid_t> {
+    // SAFETY: fork in a single-threaded process; prctl and close on the child.
+    unsafe {
+        let pid = libc::fork();
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if pid == 0 {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            libc::close(close_in_child);
+        }
+        Ok(pid)
+    }
+}
+
 /// The fork of [`split`].
 ///
 /// # Safety
 /// As [`split`].
 unsafe fn fork_init(fds: [libc::c_int; 2]) -> io::Result<libc::c_int> {
-    // SAFETY: fork in a single-threaded child; the keeper only makes
-    // syscalls and leaves with _exit.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // The init dies with the keeper (a keeper killed alone must not leave
+    // its namespace running).
+    // SAFETY: as this function.
+    let pid = unsafe { fork_dying_with_parent(fds[0])? };
     if pid == 0 {
-        // The init: die with the keeper (a keeper killed alone must not
-        // leave its namespace running).
-        // SAFETY: prctl and close on this process.
-        unsafe {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-            libc::close(fds[0]);
-        }
         return Ok(fds[1]);
     }
     // SAFETY: the keeper's whole remaining life: syscalls only.
@@ -248,17 +259,9 @@ unsafe fn keep(init: libc::pid_t, status_pipe: libc::c_int) -> ! {
 /// # Safety
 /// Between fork and exec, in the init.
 pub unsafe fn fork_hook(status_pipe: libc::c_int, hook_id: Option<u32>, wipe: &Wipe) -> io::Result<()> {
-    // SAFETY: fork in the single-threaded init.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // SAFETY: as this function.
+    let pid = unsafe { fork_dying_with_parent(status_pipe)? };
     if pid == 0 {
-        // SAFETY: prctl and close on this process.
-        unsafe {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-            libc::close(status_pipe);
-        }
         return Ok(());
     }
     // SAFETY: the init's whole remaining life: syscalls only.
