@@ -11,7 +11,14 @@
 //! - `http`: the daemon under slow, idle and huge requests; doctor floods.
 //! - `host`: `[env]` expansion, persistent-worker replies, after_turn
 //!   writes, state files, stale temp dirs.
-//! - `component`: component plugins (storage quota, reply size, `.cwasm`).
+//! - `component`: component plugins (storage quota, reply size, `.cwasm`,
+//!   `[sandbox] dirs` widened through plugin.toml).
+//!
+//! When the tests run as root, the catalogue runs again as uid 65534 (the
+//! last test here): a daemon without privileges must hold as well. The
+//! component attacks are left out of that run (their guests are built with
+//! cargo, which that user may not reach; the wasm runner does not depend on
+//! the uid).
 
 mod component;
 mod faust_deps;
@@ -19,3 +26,18 @@ mod host;
 mod http;
 mod paths;
 mod sandbox;
+
+/// The catalogue again as uid 65534 (when the tests run as root).
+#[test]
+fn the_attacks_fail_for_an_unprivileged_daemon_too() {
+    if !crate::util::nobody::is_root() {
+        eprintln!("not root: these attacks already ran unprivileged");
+        return;
+    }
+    crate::util::nobody::rerun_as_nobody(
+        "attacks::",
+        &["attacks::component", "attacks::the_attacks_fail_for_an_unprivileged_daemon_too"],
+        &["tests/fixtures", "guest-examples/faustbot", "guest-examples/rpc-clients"],
+        24,
+    );
+}

@@ -394,18 +394,3 @@ fn descriptors_inherited_by_the_daemon_do_not_reach_hooks() {
     assert_eq!(contents(&reply), ["no-fd7", "no-proc-fd7"]);
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "clean\n");
 }
-
-/// This whole module again as uid 65534 (when the tests run as root).
-#[test]
-fn the_attacks_fail_for_an_unprivileged_daemon_too() {
-    if !crate::util::nobody::is_root() {
-        eprintln!("not root: these attacks already ran unprivileged");
-        return;
-    }
-    crate::util::nobody::rerun_as_nobody(
-        "attacks::sandbox::",
-        &["attacks::sandbox::the_attacks_fail_for_an_unprivileged_daemon_too"],
-        &["tests/fixtures"],
-        7,
-    );
-}
