@@ -468,10 +468,6 @@ fn the_core_cases_hold_for_an_unprivileged_user() {
 /// ordinary user they already ran unprivileged).
 #[test]
 fn the_whole_sandbox_suite_passes_as_an_unprivileged_user() {
-    if !crate::util::nobody::is_root() {
-        eprintln!("not root: the sandbox tests already ran unprivileged");
-        return;
-    }
     crate::util::nobody::rerun_as_nobody(
         "sandbox::",
         &["sandbox::the_whole_sandbox_suite", "sandbox::the_core_cases"],

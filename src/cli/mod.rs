@@ -67,21 +67,12 @@ enum Command {
 }
 
 /// Entry point of the binary.
-/// Whatever descriptors ctxhost inherited (a parent that forgot
-/// close-on-exec) must not reach the processes it starts: hooks, pip,
-/// version probes. Set before any thread or fd of ctxhost's own exists, so
-/// every fd above 2 here is inherited.
-fn close_inherited_fds_on_exec() {
-    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
-    // SAFETY: close_range with the CLOEXEC flag only sets a flag on this
-    // process's fds; failure (an old kernel) leaves them as they were.
-    unsafe {
-        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC);
-    }
-}
-
 pub fn main() -> ExitCode {
-    close_inherited_fds_on_exec();
+    // Whatever descriptors ctxhost inherited (a parent that forgot
+    // close-on-exec) must not reach the processes it starts: hooks, pip,
+    // version probes. Before any fd of ctxhost's own exists, every fd above
+    // 2 is inherited.
+    crate::runner::process::sandbox::mark_inherited_fds_close_on_exec();
     let cli = Cli::parse();
     // A single hook run shows the plugin's stderr; whole runs keep it for -v.
     let plugin_stderr = matches!(cli.command, Command::Hook(_));

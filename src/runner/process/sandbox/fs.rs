@@ -59,6 +59,15 @@ pub struct FsInputs<'a> {
     pub hook_id: Option<u32>,
 }
 
+/// An `O_PATH` fd of `path`, not following a symlink in its last part.
+pub fn open_path(path: &Path) -> io::Result<OwnedFd> {
+    Ok(std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?
+        .into())
+}
+
 /// One allowed root, pinned at load: the rule of every later process is
 /// made from this fd, never from the path again, so a root replaced by a
 /// symlink after load (`state` → `/`) still means the directory that was
@@ -77,11 +86,7 @@ impl Root {
     /// Opens `canonical` without following a symlink in its last part and
     /// checks the fd is that path.
     fn pin(canonical: &Path, named: bool) -> io::Result<Root> {
-        let fd: OwnedFd = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(canonical)?
-            .into();
+        let fd = open_path(canonical)?;
         let at = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
         if at != canonical {
             return Err(io::Error::other(format!("`{}` changed while it was checked", canonical.display())));

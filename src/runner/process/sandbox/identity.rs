@@ -47,19 +47,6 @@ pub fn can_search(meta: &std::fs::Metadata, uid: u32, gid: u32) -> bool {
     }
 }
 
-/// Whether `uid`/`gid` may read a file or list a directory with this metadata.
-pub fn can_read(meta: &std::fs::Metadata, uid: u32, gid: u32) -> bool {
-    let mode = meta.mode();
-    let (r, x) = if meta.uid() == uid {
-        (0o400, 0o100)
-    } else if meta.gid() == gid {
-        (0o040, 0o010)
-    } else {
-        (0o004, 0o001)
-    };
-    mode & r != 0 && (!meta.is_dir() || mode & x != 0)
-}
-
 /// Gives `dir` and everything beneath it to `uid:gid`, when `dir` is not
 /// already theirs. Symlinks are changed themselves (`AT_SYMLINK_NOFOLLOW`),
 /// never followed; other file systems (mount points) are not entered.

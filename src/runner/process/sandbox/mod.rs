@@ -42,7 +42,6 @@ pub mod view;
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -175,9 +174,7 @@ impl Confinement {
         });
         let view = match (&fs, hook_id) {
             (Some(policy), Some(id)) if features.pidns => {
-                let roots: Vec<view::Root<'_>> =
-                    policy.roots().map(|r| view::Root { path: &r.path, fd: r.fd().as_raw_fd() }).collect();
-                let view = view::View::plan(&roots, id, id);
+                let view = view::View::plan(&view_roots(policy), id, id);
                 (!view.is_empty()).then_some(view)
             }
             _ => None,
@@ -324,11 +321,6 @@ impl Confinement {
             cleanup,
         ))
     }
-
-    /// As root: the uid hooks run as (for `doctor` and messages).
-    pub fn hook_uid(&self) -> Option<u32> {
-        self.plan.as_ref().and_then(|p| p.hook_id)
-    }
 }
 
 /// The covers of one process: the plugin's template, plus its TMPDIR when
@@ -339,18 +331,18 @@ fn plan_view(plan: &Plan, tmpdir: Option<&Path>, id: u32) -> io::Result<Option<v
         return Ok(plan.view.clone());
     }
     let (Some(policy), Some(tmp)) = (&plan.fs, tmpdir) else { return Ok(plan.view.clone()) };
-    let tmp_fd: OwnedFd = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(tmp)?
-        .into();
-    let mut roots: Vec<view::Root<'_>> =
-        policy.roots().map(|r| view::Root { path: &r.path, fd: r.fd().as_raw_fd() }).collect();
+    let tmp_fd = fs::open_path(tmp)?;
+    let mut roots = view_roots(policy);
     roots.push(view::Root { path: tmp, fd: tmp_fd.as_raw_fd() });
     let mut made = view::View::plan(&roots, id, id);
     // The fd must live until the child cloned the tree.
     made.hold(tmp_fd);
     Ok(Some(made))
+}
+
+/// The policy's pinned roots, as the view plans them.
+fn view_roots(policy: &fs::FsPolicy) -> Vec<view::Root<'_>> {
+    policy.roots().map(|r| view::Root { path: &r.path, fd: r.fd().as_raw_fd() }).collect()
 }
 
 /// What the child does between fork and exec, in order: mark every
@@ -388,16 +380,13 @@ impl ChildSteps {
     /// # Errors
     /// The first step that failed; the process must then not exec.
     pub unsafe fn apply(&mut self) -> io::Result<()> {
-        const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
         // SAFETY: every call below is a syscall on this process with
         // buffers and fds prepared by the parent.
         unsafe {
             // Nothing the daemon inherited reaches the hook (std's own fds
             // are close-on-exec already; the steps below use theirs first).
-            if self.confined && libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) != 0 {
-                close_on_exec_by_hand();
-            }
             if self.confined {
+                mark_inherited_fds_close_on_exec();
                 // The keeper and the init never exec: the daemon's signal
                 // handlers (a runtime's SIGCHLD handler writing to a pipe
                 // they closed) must not run in them. exec would reset them
@@ -440,16 +429,13 @@ impl ChildSteps {
                     }
                     let status_pipe = pidns::split()?;
                     split = true;
-                    pidns::mount_proc()?;
-                    if let Some(view) = &self.view {
-                        view.apply()?;
-                    }
+                    self.init_namespace()?;
                     if self.exec.is_some() {
                         // The hook starts from the init without copying its
                         // memory and execs by itself (never returns here).
-                        pidns::clone_hook(status_pipe, self.hook_id, &self.wipe, self)?;
+                        pidns::clone_hook(status_pipe, self)?;
                     }
-                    pidns::fork_hook(status_pipe, self.hook_id, &self.wipe)?;
+                    pidns::fork_hook(status_pipe, self)?;
                 }
             }
             self.finish(split)
@@ -591,13 +577,18 @@ pub(super) unsafe fn report_and_exit(error: &io::Error) -> ! {
     }
 }
 
-/// Without `close_range` (Linux < 5.11): every fd up to the limit.
-///
-/// # Safety
-/// Between fork and exec.
-unsafe fn close_on_exec_by_hand() {
-    // SAFETY: getrlimit into a local; fcntl on fds of this process.
+/// Marks every fd above 2 close-on-exec (`close_range`, or fd by fd up to
+/// the limit on Linux < 5.11): what a process inherited does not reach
+/// what it execs. ctxhost calls it at start; every confined hook process
+/// again before exec. Syscalls only (safe between fork and exec).
+pub fn mark_inherited_fds_close_on_exec() {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range/getrlimit/fcntl only change flags of this
+    // process's fds (or read its limit into a local).
     unsafe {
+        if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) == 0 {
+            return;
+        }
         let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
         let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 { limit.rlim_cur.min(65_536) } else { 1024 };
         for fd in 3..max as libc::c_int {

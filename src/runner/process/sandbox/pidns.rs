@@ -2,13 +2,16 @@
 //! with its own `/proc`, so it sees only its own processes (not the
 //! daemon's argv with a token on it, not other plugins' hooks), and when it
 //! exits the kernel kills everything left in the namespace — a `setsid` +
-//! double-fork daemon included — with no cgroup; the cost is two forks.
+//! double-fork daemon included — with no cgroup.
 //!
 //! `unshare(CLONE_NEWPID)` moves only the *children* of the caller, so the
 //! forked child of `Command::spawn` (the "keeper", whose pid the host
-//! knows) unshares and forks the namespace's init (pid 1), which sets up
-//! the namespace's `/proc` and forks the hook (pid 2) that returns to
-//! `exec`. The init reaps orphans and, when the hook ends, passes its wait
+//! knows) unshares and starts the namespace's init (pid 1), which sets up
+//! the namespace's `/proc` and starts the hook (pid 2). Both start as
+//! `CLONE_VM | CLONE_VFORK` clones on their own stacks, the hook doing its
+//! own `execve` ([`split_without_copies`], [`Exec`]); plain forks, the hook
+//! returning to `Command`'s exec, remain the fallback ([`split`],
+//! [`fork_hook`]). The init reaps orphans and, when the hook ends, passes its wait
 //! status to the keeper through a pipe and exits — taking every process
 //! left in the namespace with it. The keeper and the init close every fd
 //! (std's exec-error pipe included, so `spawn` returns as soon as the hook
@@ -57,7 +60,7 @@ pub unsafe fn split_without_copies(steps: &super::ChildSteps, keep: &[libc::c_in
             if let Err(e) = steps.init_namespace() {
                 super::report_and_exit(&e)
             }
-            if let Err(e) = clone_hook(pipe[1], steps.hook_id, &steps.wipe, steps) {
+            if let Err(e) = clone_hook(pipe[1], steps) {
                 super::report_and_exit(&e)
             }
             libc::_exit(127)
@@ -187,15 +190,16 @@ unsafe fn quiet_except(fd: libc::c_int) {
     }
 }
 
-/// Waits for `pid`, returning its wait status.
+/// Reaps children until `pid` ends, returning its wait status (the init
+/// reaps the namespace's orphans on the way; the keeper has no other child).
 ///
 /// # Safety
 /// Between fork and exec.
-unsafe fn wait_for(pid: libc::pid_t) -> libc::c_int {
+unsafe fn reap_until(pid: libc::pid_t) -> libc::c_int {
     let mut status = 0;
     loop {
         // SAFETY: waitpid into a local.
-        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        let r = unsafe { libc::waitpid(-1, &mut status, 0) };
         if r == pid {
             return status;
         }
@@ -231,7 +235,7 @@ unsafe fn keep(init: libc::pid_t, status_pipe: libc::c_int) -> ! {
                 continue;
             }
             // The init ended without a word (killed): its own status.
-            break wait_for(init);
+            break reap_until(init);
         };
         if libc::WIFEXITED(status) {
             libc::_exit(libc::WEXITSTATUS(status));
@@ -258,14 +262,14 @@ unsafe fn keep(init: libc::pid_t, status_pipe: libc::c_int) -> ! {
 ///
 /// # Safety
 /// Between fork and exec, in the init.
-pub unsafe fn fork_hook(status_pipe: libc::c_int, hook_id: Option<u32>, wipe: &Wipe) -> io::Result<()> {
+pub unsafe fn fork_hook(status_pipe: libc::c_int, steps: &super::ChildSteps) -> io::Result<()> {
     // SAFETY: as this function.
     let pid = unsafe { fork_dying_with_parent(status_pipe)? };
     if pid == 0 {
         return Ok(());
     }
     // SAFETY: the init's whole remaining life: syscalls only.
-    unsafe { init(pid, status_pipe, hook_id, wipe) }
+    unsafe { init(pid, status_pipe, steps.hook_id, &steps.wipe) }
 }
 
 /// The namespace's init: reaps every process of the namespace until the
@@ -286,17 +290,7 @@ unsafe fn init(pid: libc::pid_t, status_pipe: libc::c_int, hook_id: Option<u32>,
         // Nothing the init keeps is worth having: no capability, the hook's uid.
         let _ = super::drop_capabilities(hook_id);
         libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-        let mut status = 0;
-        loop {
-            let r = libc::waitpid(-1, &mut status, 0);
-            if r == pid {
-                break;
-            }
-            if r < 0 && *libc::__errno_location() != libc::EINTR {
-                libc::_exit(127);
-            }
-        }
-        let raw = status.to_ne_bytes();
+        let raw = reap_until(pid).to_ne_bytes();
         libc::write(status_pipe, raw.as_ptr().cast(), 4);
         libc::_exit(0);
     }
@@ -356,12 +350,7 @@ impl Exec {
 ///
 /// # Safety
 /// Between fork and exec, in the init.
-pub unsafe fn clone_hook(
-    status_pipe: libc::c_int,
-    hook_id: Option<u32>,
-    wipe: &Wipe,
-    steps: &super::ChildSteps,
-) -> io::Result<()> {
+pub unsafe fn clone_hook(status_pipe: libc::c_int, steps: &super::ChildSteps) -> io::Result<()> {
     extern "C" fn hook_main(arg: *mut libc::c_void) -> libc::c_int {
         // SAFETY: `arg` is the ChildSteps of the init, alive while the init
         // is suspended (CLONE_VFORK) until this process execs or exits.
@@ -391,7 +380,7 @@ pub unsafe fn clone_hook(
         return Err(io::Error::last_os_error());
     }
     // SAFETY: the init's remaining life.
-    unsafe { init(pid, status_pipe, hook_id, wipe) }
+    unsafe { init(pid, status_pipe, steps.hook_id, &steps.wipe) }
 }
 
 /// The daemon's argument and environment areas (from `/proc/self/stat`),

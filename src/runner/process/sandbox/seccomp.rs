@@ -36,8 +36,8 @@ use seccompiler::{
 /// The compiled filters: EPERM rules, and `clone3` → ENOSYS.
 #[derive(Debug)]
 pub struct Programs {
-    hook: BpfProgram,
-    installer: BpfProgram,
+    strict: BpfProgram,
+    owner_checked: BpfProgram,
     clone3: BpfProgram,
 }
 
@@ -152,11 +152,11 @@ impl Programs {
         // New user namespaces: the flags are the first argument of both.
         base.insert(libc::SYS_unshare, vec![rule(vec![cond(0, Op::MaskedEq(newuser), newuser)?])?]);
         base.insert(libc::SYS_clone, vec![rule(vec![cond(0, Op::MaskedEq(newuser), newuser)?])?]);
-        let installer = base.clone();
-        let mut hook = base;
-        hook.extend(metadata_by_path().into_iter().map(|n| (n, Vec::new())));
+        let owner_checked = base.clone();
+        let mut strict = base;
+        strict.extend(metadata_by_path().into_iter().map(|n| (n, Vec::new())));
         // utimensat(dirfd, NULL, …) is futimens: only a path is refused.
-        hook.insert(libc::SYS_utimensat, vec![rule(vec![cond(1, Op::Ne, 0)?])?]);
+        strict.insert(libc::SYS_utimensat, vec![rule(vec![cond(1, Op::Ne, 0)?])?]);
 
         let eperm = SeccompAction::Errno(libc::EPERM as u32);
         let build = |rules| -> Result<BpfProgram, String> {
@@ -172,8 +172,8 @@ impl Programs {
         )
         .map_err(|e| format!("{e}"))?;
         Ok(Programs {
-            hook: build(hook)?,
-            installer: build(installer)?,
+            strict: build(strict)?,
+            owner_checked: build(owner_checked)?,
             clone3: BpfProgram::try_from(clone3).map_err(|e| format!("{e}"))?,
         })
     }
@@ -185,8 +185,8 @@ impl Programs {
     /// Between fork and exec: raw syscalls on prepared buffers only.
     pub unsafe fn install(&self, mode: Mode) -> io::Result<()> {
         let main = match mode {
-            Mode::Strict => &self.hook,
-            Mode::OwnerChecked => &self.installer,
+            Mode::Strict => &self.strict,
+            Mode::OwnerChecked => &self.owner_checked,
         };
         for program in [&self.clone3, main] {
             let Ok(len) = u16::try_from(program.len()) else { return Err(io::Error::from_raw_os_error(libc::E2BIG)) };
@@ -210,7 +210,7 @@ mod tests {
     #[test]
     fn the_filters_compile_here() {
         let p = programs().expect("seccomp filters for this architecture");
-        assert!(p.hook.len() > p.installer.len());
+        assert!(p.strict.len() > p.owner_checked.len());
         assert!(!p.clone3.is_empty());
     }
 }
