@@ -88,6 +88,12 @@ impl Home {
         self.root.join("venvs").join(plugin)
     }
 
+    /// `<home>/state.db`: the host's state store (SQLite, WAL) — among
+    /// others the after_turn journal (`host::store::journal`).
+    pub fn state_db(&self) -> PathBuf {
+        self.root.join("state.db")
+    }
+
     /// `<home>/cache`: derived data that may be deleted at any time.
     pub fn cache_dir(&self) -> PathBuf {
         self.root.join("cache")

@@ -680,3 +680,58 @@ fn a_component_plugin_reloads_and_a_broken_one_keeps_running() {
     assert_eq!(r.status, 400, "{}", r.body);
     assert!(recalled(&d).iter().any(|m| m.contains("heron")), "the old component still answers");
 }
+
+#[test]
+fn a_daemon_killed_with_sigkill_runs_its_journaled_after_turn_calls_at_restart_exactly_once() {
+    use ctxhost::host::store::journal::Journal;
+    let site = Site::new();
+    let (gate, store) = (site.root.path().join("gate"), site.root.path().join("diary.jsonl"));
+    write(
+        &site.plugin_dir("diary").join("plugin.toml"),
+        "name = \"diary\"\nversion = \"1\"\nhook_timeout_secs = 120\nallow_filesystem = true\n\
+         [hooks]\nruntime = \"bash\"\nafter_turn = \"a.sh\"\n",
+    );
+    // The plugin's own store, one line per after_turn it sees; it waits for
+    // the gate, so the kill surely comes first.
+    write(
+        &site.plugin_dir("diary").join("a.sh"),
+        &format!(
+            "read -r request\nwhile [ ! -e '{gate}' ]; do sleep 0.02; done\n\
+             printf '%s\\n' \"$request\" >> '{store}'\necho '{{\"type\":\"ok\"}}'\n",
+            gate = gate.display(),
+            store = store.display()
+        ),
+    );
+    site.config("[context_engine]\nplugin = \"diary\"\n");
+    let d = site.start(&[]);
+    let turn = json!({"messages": [{"role": "user", "content": "my cat is called Miso"}]}).to_string();
+    let r = d.post("/api/agents/a1/after_turn", &turn);
+    // SAFETY: kill(2) with the pid of our own child, not reaped yet.
+    unsafe { libc::kill(d.pid(), libc::SIGKILL) };
+    drop(d);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let j =
+        ctxhost::host::store::journal::SqliteJournal::open(&site.home().join("state.db"), Default::default()).unwrap();
+    let pending = j.pending().unwrap();
+    assert_eq!(pending.len(), 1, "the acknowledged turn is in the journal: {pending:?}");
+    assert_eq!((pending[0].target.as_str(), pending[0].agent.as_str()), ("diary", "a1"));
+
+    std::fs::write(&gate, "").unwrap();
+    let d = site.start(&[]);
+    crate::util::within(60, "the replayed after_turn", || std::fs::read_to_string(&store).is_ok_and(|t| !t.is_empty()));
+    crate::util::within(60, "the entry to leave the journal", || j.pending().unwrap().is_empty());
+    let metrics = d.get("/metrics").body;
+    assert!(metrics.contains("\nctxhost_journal_replays_total 1\n"), "{metrics}");
+    assert!(metrics.contains("\nctxhost_journal_dead_letters_total 0\n"), "{metrics}");
+    // The built-in memory has the turn once (stored before the answer, not again).
+    let recalled = ingest(&d, "a1", "what is my cat called");
+    let (ok, stderr) = d.stop();
+    assert!(ok, "{stderr}");
+    let seen = std::fs::read_to_string(&store).unwrap();
+    assert_eq!(seen.lines().count(), 1, "the plugin's store has the turn exactly once: {seen}\nstderr:\n{stderr}");
+    assert!(seen.contains("my cat is called Miso"), "{seen}");
+    let default: Vec<&Value> =
+        recalled["memories"].as_array().unwrap().iter().filter(|m| m["source"] == "default").collect();
+    assert_eq!(default.len(), 1, "{recalled}");
+    assert_eq!(default[0]["content"], "my cat is called Miso");
+}

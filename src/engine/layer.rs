@@ -56,6 +56,17 @@ struct Breaker {
     trial: bool,
 }
 
+/// What a hook's circuit breaker lets through ([`Layer::breaker_gate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerGate {
+    /// Every call.
+    Closed,
+    /// One call, the trial that closes or reopens it.
+    HalfOpen,
+    /// None: until `until`, or (`None`) until the trial under way ends.
+    Open { until: Option<Instant> },
+}
+
 /// Cached replies kept per layer at most; the oldest go first.
 const CACHE_CAPACITY: usize = 256;
 
@@ -259,6 +270,20 @@ impl Layer {
             return Err(self.failure(hook, format!("circuit-open: '{hook}' suspended after repeated failures")));
         }
         Ok(())
+    }
+
+    /// What the breaker of `hook` lets through now, for work that can wait
+    /// (journaled `after_turn`) rather than fail fast while it is open.
+    pub fn breaker_gate(&self, hook: HookName) -> BreakerGate {
+        let breakers = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
+        match breakers.get(&hook) {
+            None | Some(Breaker { open_until: None, .. }) => BreakerGate::Closed,
+            Some(Breaker { trial: true, .. }) => BreakerGate::Open { until: None },
+            Some(Breaker { open_until: Some(until), .. }) if Instant::now() < *until => {
+                BreakerGate::Open { until: Some(*until) }
+            }
+            Some(_) => BreakerGate::HalfOpen,
+        }
     }
 
     fn breaker_success(&self, hook: HookName) {

@@ -82,6 +82,8 @@ pub enum ServeError {
     Watch(String),
     #[error("agent-loop host services: {0}")]
     Agent(crate::agent::services::ServiceError),
+    #[error(transparent)]
+    Journal(#[from] crate::host::store::journal::JournalError),
     #[error("the server stopped: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -127,7 +129,7 @@ impl Server {
         auth::check_address(options.addr, options.token.as_deref())?;
         // What a daemon killed before left in the temp dir goes first.
         crate::runner::process::tmp::remove_stale_in_temp_dir();
-        let (engine, warnings) = {
+        let (mut engine, warnings) = {
             let cx = LoadContext { home: &home, config: &config, host_env: &LoadContext::process_env };
             // Nothing is served yet, so blocking this task for the load holds up nobody.
             load_stack(&cx)?
@@ -155,6 +157,16 @@ impl Server {
             extra: Default::default(),
         };
         engine.bootstrap(&bootstrap).await?;
+        // after_turn goes through the journal from here on; what a daemon or
+        // sidecar killed before left there runs now (after the bootstrap, so
+        // with its env_overrides).
+        let journal = {
+            let (home, engine_config) = (home.clone(), config.context_engine.clone());
+            tokio::task::spawn_blocking(move || crate::engine::durable::open_journal(&home, &engine_config))
+                .await
+                .map_err(|e| ServeError::Io(std::io::Error::other(e)))??
+        };
+        engine.attach_journal(journal);
         let listener = tokio::net::TcpListener::bind(options.addr)
             .await
             .map_err(|source| ServeError::Bind { addr: options.addr, source })?;
@@ -178,7 +190,8 @@ impl Server {
     }
 
     /// Serves until `shutdown` resolves, then stops accepting, lets requests
-    /// under way finish and waits (bounded) for pending `after_turn` calls.
+    /// under way finish and waits (bounded) for the `after_turn` calls under
+    /// way (journaled calls not started yet stay for the next start).
     ///
     /// # Errors
     /// The watcher could not start, or the listener failed.
@@ -187,6 +200,8 @@ impl Server {
         let timers = self.timers;
         let app = router(self.state.clone());
         conn::serve(self.listener, app, &self.state.config.server, shutdown).await;
+        // Journaled calls not started yet stay for the next start.
+        self.state.engine.close_journal();
         if tokio::time::timeout(SETTLE_TIMEOUT, self.state.engine.settle()).await.is_err() {
             tracing::warn!(
                 "shutdown: after_turn calls still pending after {}s were abandoned",
