@@ -136,9 +136,9 @@ pub(super) async fn call_after_turn(
 }
 
 impl Dispatch {
-    /// Starts a run of `entry` on `layer` (holding one of its after_turn
-    /// slots), counted in the pending calls of its agent.
-    pub(super) fn spawn(&self, layer: Arc<Layer>, slot: OwnedSemaphorePermit, entry: Claimed) {
+    /// Starts a run of `entry` on `layer` — in the after_turn slot given, or
+    /// in the next one free —, counted in the pending calls of its agent.
+    pub(super) fn spawn(&self, layer: Arc<Layer>, slot: Option<OwnedSemaphorePermit>, entry: Claimed) {
         let agent = entry.agent.clone();
         let handle = tokio::spawn(self.clone().run(layer, slot, entry));
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
@@ -146,7 +146,11 @@ impl Dispatch {
         pending.push((agent, handle));
     }
 
-    async fn run(self, layer: Arc<Layer>, slot: OwnedSemaphorePermit, entry: Claimed) {
+    async fn run(self, layer: Arc<Layer>, slot: Option<OwnedSemaphorePermit>, entry: Claimed) {
+        let slot = match slot {
+            Some(s) => Some(s),
+            None => layer.after_turn_slot_wait().await,
+        };
         let result = match serde_json::from_str(&entry.payload)
             .map_err(|e| e.to_string())
             .and_then(|v| HookRequest::from_json(HookName::AfterTurn, v).map_err(|e| e.to_string()))
@@ -211,17 +215,14 @@ impl Dispatch {
                     continue;
                 }
             };
-            let mut slots = Vec::new();
-            while slots.len() < max
-                && let Some(s) = layer.after_turn_slot()
-            {
-                slots.push(s);
-            }
-            if slots.is_empty() {
+            // Slots are taken only once an entry is claimed: a turn arriving
+            // meanwhile must find its slot free.
+            let limit = layer.after_turn_slots_free().min(max);
+            if limit == 0 {
                 // A run ending frees a slot and wakes the pump.
                 continue;
             }
-            let (limit, targets) = (slots.len(), vec![slot.name().to_owned()]);
+            let targets = vec![slot.name().to_owned()];
             let claims = match self.durable.blocking(move |j, lease| j.claim(lease, limit, &targets)).await {
                 Ok(c) => c,
                 Err(e) => {
@@ -242,14 +243,15 @@ impl Dispatch {
                 wait = wait.min(due.duration_since(SystemTime::now()).unwrap_or_default());
             }
             let me = self.durable.lease.owner.as_str();
-            for (entry, s) in claims.entries.into_iter().zip(slots) {
+            for entry in claims.entries {
                 if entry.origin != me {
                     self.metrics.record_journal(JournalEvent::Replay);
                     tracing::info!(plugin = %entry.target, agent = %entry.agent, entry = entry.id, attempt = entry.attempt, "replaying a journaled after_turn");
                 } else if entry.attempt > 1 {
                     self.metrics.record_journal(JournalEvent::Retry);
                 }
-                self.spawn(layer.clone(), s, entry);
+                // Taken by a turn since the claim: it runs in the next free one.
+                self.spawn(layer.clone(), layer.after_turn_slot(), entry);
             }
         }
         wait

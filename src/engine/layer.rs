@@ -114,6 +114,16 @@ impl Layer {
         self.after_turn_slots.clone().try_acquire_owned().ok()
     }
 
+    /// How many `after_turn` slots are free now.
+    pub fn after_turn_slots_free(&self) -> usize {
+        self.after_turn_slots.available_permits()
+    }
+
+    /// A slot for one background `after_turn`, once one is free.
+    pub async fn after_turn_slot_wait(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.after_turn_slots.clone().acquire_owned().await.ok()
+    }
+
     /// Whether the filters let `request` through: `only_for_agent_ids` (the
     /// agent id contains one of them) for every hook with an agent, and
     /// `ingest_filter` / `ingest_regex` for ingest.

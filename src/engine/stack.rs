@@ -539,10 +539,10 @@ impl StackEngine {
             Ok(ids) => {
                 let mut waiting = false;
                 for ((layer, slot), id) in planned.into_iter().zip(ids) {
-                    let Some(slot) = slot else {
+                    if slot.is_none() {
                         waiting = true;
                         continue;
-                    };
+                    }
                     let entry = crate::host::store::journal::Claimed {
                         id,
                         hook: HookName::AfterTurn.as_str().to_owned(),
