@@ -17,6 +17,7 @@
 //! - `agent`: the agent loop (agent-hooks.md): the guard three ways, combine rules, config, triggers, schedules.
 //! - `workers`: persistent workers: examples in both modes, faults, respawn and retry, leaks, reload.
 //! - `attacks`: the attack catalogue (issue 13): what a hostile plugin tries, and that it fails.
+//! - `layers`: the module layers of `src/` only point down.
 //! - `faustbot`: FaustBot plugins (plugin.json + impl.py) unmodified: the examples, every hook sync and async, deps, lifecycle.
 
 mod util;
@@ -28,6 +29,7 @@ mod env;
 mod faust_shim;
 mod faustbot;
 mod launchers;
+mod layers;
 mod limits;
 mod manifest;
 mod plugins;

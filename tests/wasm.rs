@@ -122,7 +122,7 @@ fn a_component_takes_part_in_a_stack_with_script_plugins() {
         config: &config,
         host_env: &ctxhost::plugin::LoadContext::process_env,
     };
-    let (engine, warnings) = ctxhost::engine::stack::load_stack(&cx).unwrap();
+    let (engine, warnings) = ctxhost::app::load_stack(&cx).unwrap();
     assert!(warnings.is_empty(), "{warnings:?}");
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let secret = ctxhost::protocol::TransformToolResultRequest::new(
@@ -887,8 +887,8 @@ fn context_only_components_still_load_and_refuse_agent_hooks() {
 /// `read_symbolic` computes `<owner>:<path>`, or never answers for `/hang`.
 struct SlowHost;
 
-impl ctxhost::agent::services::HostCalls for SlowHost {
-    fn config_changed(&self, _plugin: &str, _change: ctxhost::agent::config::Change) {}
+impl ctxhost::host::services::HostCalls for SlowHost {
+    fn config_changed(&self, _plugin: &str, _change: ctxhost::host::config::Change) {}
 
     fn trigger_append(
         &self,
@@ -916,14 +916,14 @@ impl ctxhost::agent::services::HostCalls for SlowHost {
 
 #[test]
 fn service_calls_that_wait_finish_on_the_runtime_within_the_deadline() {
-    use ctxhost::agent::services::{ConfigView, HostCalls, PluginServices, SharedServices};
+    use ctxhost::host::services::{ConfigView, HostCalls, PluginServices, SharedServices};
     use ctxhost::runner::Runner;
     let root = tempfile::tempdir().unwrap();
     let shared = SharedServices::open(&root.path().join("agent")).unwrap();
     let host: std::sync::Arc<dyn HostCalls> = std::sync::Arc::new(SlowHost);
     shared.connect(std::sync::Arc::downgrade(&host));
     for node in ["/plugins/other/computed", "/plugins/other/hang"] {
-        shared.vfs().write_symbolic(ctxhost::agent::vfs::Writer::Plugin("other"), node, false).unwrap();
+        shared.vfs().write_symbolic(ctxhost::host::vfs::Writer::Plugin("other"), node, false).unwrap();
     }
     let limits = Limits { timeout_ms: 1_000, ..Limits::default() };
     let runner = ComponentRunner::load(

@@ -19,9 +19,9 @@ use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 
-use super::config::Change;
 use super::decision::{self, Form, Outcome, PrioritySource};
-use super::services::{HostCalls, PluginServices, ServiceError, SharedServices};
+use crate::host::config::Change;
+use crate::host::services::{HostCalls, PluginServices, ServiceError, SharedServices};
 use crate::manifest::{AgentDecl, ToolSpec};
 use crate::metrics::{CallOutcome, Metrics};
 use crate::plugin::LoadedPlugin;
@@ -69,7 +69,7 @@ impl AgentPlugin {
         shared: &Arc<SharedServices>,
         home: &crate::home::Home,
     ) -> Result<AgentPlugin, ServiceError> {
-        let services = super::attach_services(plugin, shared, home)?;
+        let services = crate::plugin::attach_services(plugin, shared, home)?;
         // plugin.json orders smaller first, plugin.toml larger first.
         let source = match &plugin.faust {
             Some(pj) => PrioritySource::Json(Some(pj.priority)),
@@ -197,87 +197,10 @@ impl AgentEngine {
         engine
     }
 
-    /// Loads every enabled plugin of the plugins dir that takes part in the
-    /// agent loop. Plugins that fail to load are left out with a warning.
-    ///
-    /// # Errors
-    /// The services' state under the home cannot be opened, or a plugin's
-    /// own state (`<home>/agent/plugins/<name>/`) cannot be — unless config.toml
-    /// lists the plugin in `[plugins] optional`: then it is left out, its
-    /// error kept in [`AgentEngine::failed`].
-    ///
-    /// A plugin also in `stack` (the context engine's) shares that runner —
-    /// one worker pool, one set of host services — instead of a second one.
-    pub fn load(
-        cx: &crate::plugin::LoadContext<'_>,
-        metrics: Arc<Metrics>,
-        stack: Option<&crate::engine::stack::StackEngine>,
-    ) -> Result<(Arc<AgentEngine>, Vec<String>), ServiceError> {
-        let shared = SharedServices::open(&cx.home.agent_dir())?;
-        let mut warnings = Vec::new();
-        let mut plugins = Vec::new();
-        let mut deps_declared = std::collections::BTreeMap::new();
-        let mut failed = std::collections::BTreeMap::new();
-        for name in crate::registry::installed(cx.home) {
-            let dir = cx.home.plugins_dir().join(&name);
-            if !crate::faust::is_plugin_dir(&dir) || !crate::registry::is_enabled(cx.home, &name) {
-                continue;
-            }
-            if crate::faust::is_faust_plugin(&dir) {
-                // Dependencies go in before the module is first imported.
-                // Installed only when the operator turned that on.
-                let install = crate::faust::deps::Install::at_start(cx.config);
-                match crate::faust::deps::prepare(&dir, cx, install) {
-                    Ok(prepared) => {
-                        deps_declared.insert(name.clone(), prepared.declared);
-                    }
-                    Err(e) => {
-                        let error = format!("its dependencies: {e}");
-                        warnings.push(format!("plugin '{name}' is left out of the agent loop: {error}"));
-                        failed.insert(name.clone(), error);
-                        continue;
-                    }
-                }
-            }
-            match crate::plugin::load_plugin(&dir, cx) {
-                Ok(mut plugin) if AgentPlugin::takes_part(&plugin) => {
-                    if let Some(layer) = stack.and_then(|s| s.layer(&name)) {
-                        plugin.runner = layer.runner().clone();
-                    }
-                    match AgentPlugin::new(&plugin, &shared, cx.home) {
-                        Ok(p) => plugins.push(p),
-                        // A guard that cannot run must not silently stop
-                        // guarding: only a plugin the operator marked
-                        // optional is left out.
-                        Err(e) if cx.config.plugins.optional.contains(&name) => {
-                            let error = format!("its host services: {e}");
-                            warnings.push(format!(
-                                "plugin '{name}' (optional in config.toml) is left out of the agent loop: {error}"
-                            ));
-                            failed.insert(name.clone(), error);
-                        }
-                        Err(e) => {
-                            return Err(ServiceError::service(format!(
-                                "plugin '{name}' cannot run: its host services: {e}. Fix or remove that file, or \
-                                 let ctxhost start without the plugin: `[plugins] optional = [\"{name}\"]` in `{}`",
-                                cx.home.config_file().display()
-                            )));
-                        }
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    warnings.push(format!("plugin '{name}' is left out of the agent loop: {e}"));
-                    if crate::faust::is_faust_plugin(&dir) {
-                        failed.insert(name.clone(), e.to_string());
-                    }
-                }
-            }
-        }
-        let engine = AgentEngine::new(plugins, shared.clone(), metrics);
-        engine.deps_declared.lock().unwrap_or_else(|p| p.into_inner()).extend(deps_declared);
-        engine.failed.lock().unwrap_or_else(|p| p.into_inner()).extend(failed);
-        Ok((engine, warnings))
+    /// Records that plugin `name` could not start, with its error (what
+    /// [`AgentEngine::failed`] reports).
+    pub fn set_failed(&self, name: &str, error: String) {
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), error);
     }
 
     /// Records whether plugin `name` declares its dependencies (for the hint
@@ -684,16 +607,16 @@ impl AgentEngine {
             Some(Value::Object(t)) => t.clone(),
             _ => {
                 return Err(ServiceError {
-                    code: super::services::code::SERVICE,
+                    code: crate::host::services::code::SERVICE,
                     message: "trigger_append replaced the trigger with a non-object".into(),
                 });
             }
         };
         self.shared
             .triggers()
-            .create(trigger, super::services::now_secs())
+            .create(trigger, crate::host::services::now_secs())
             .map(Ok)
-            .map_err(|e| ServiceError { code: super::services::code::SERVICE, message: e.to_string() })
+            .map_err(|e| ServiceError { code: crate::host::services::code::SERVICE, message: e.to_string() })
     }
 
     /// Runs `trigger_fire` over a due trigger; delivered ones are kept for

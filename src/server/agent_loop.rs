@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 use super::AppState;
 use super::body::{self, JsonReply};
 use crate::agent::engine::{AgentError, Blocked, ToolOutcome, subject};
-use crate::agent::vfs::Read;
+use crate::host::vfs::Read;
 use crate::protocol::HookName;
 
 fn blocked(b: &Blocked) -> JsonReply {
@@ -159,7 +159,7 @@ pub(crate) async fn put_config(
     };
     match plugin.services.set_config(&values) {
         Ok(values) => JsonReply::ok(json!({"values": values})),
-        Err(e) if e.code == crate::agent::services::code::INVALID_PARAMS => JsonReply::bad_request(e.message),
+        Err(e) if e.code == crate::host::services::code::INVALID_PARAMS => JsonReply::bad_request(e.message),
         Err(e) => JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, e.message),
     }
 }
@@ -179,7 +179,7 @@ pub(crate) struct VfsQuery {
 /// `GET /api/vfs?path=/a/b` → `{"path","content"}` (symbolic nodes computed
 /// by their plugin), `{"path","children"}`, or 404.
 pub(crate) async fn vfs(State(state): State<Arc<AppState>>, Query(q): Query<VfsQuery>) -> JsonReply {
-    let path = crate::agent::vfs::normalize(q.path.as_deref().unwrap_or("/"));
+    let path = crate::host::vfs::normalize(q.path.as_deref().unwrap_or("/"));
     match state.agent.shared().read_vfs(&path, None).await {
         Ok(Some(Read::Text(content))) => JsonReply::ok(json!({"path": path, "content": content})),
         Ok(Some(Read::Directory(children))) => JsonReply::ok(json!({"path": path, "children": children})),
@@ -312,7 +312,7 @@ pub(crate) async fn communicate(State(state): State<Arc<AppState>>, Path(id): Pa
         Err(reply) => return reply,
     };
     let installed = super::reload::plugin_dir(&state, &id).is_ok();
-    if installed && !crate::registry::is_enabled(&state.home, &id) {
+    if installed && !crate::app::registry::is_enabled(&state.home, &id) {
         return JsonReply::detail(StatusCode::SERVICE_UNAVAILABLE, format!("Plugin is disabled: {id}"));
     }
     if state.agent.plugin(&id).is_none() {

@@ -19,7 +19,7 @@ use crate::runner::{CallOptions, Runner};
 /// `GET /api/plugins`: `[{"name","version","runtime","hooks","enabled","error"?}]`.
 pub(crate) async fn list(State(state): State<Arc<AppState>>) -> JsonReply {
     let reader = state.clone();
-    match tokio::task::spawn_blocking(move || crate::registry::list_plugins(&reader.home, &reader.config)).await {
+    match tokio::task::spawn_blocking(move || crate::app::registry::list_plugins(&reader.home, &reader.config)).await {
         Ok(list) => JsonReply::ok(serde_json::to_value(list).unwrap_or(Value::Array(Vec::new()))),
         Err(e) => JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, format!("listing plugins failed: {e}")),
     }
@@ -28,7 +28,7 @@ pub(crate) async fn list(State(state): State<Arc<AppState>>) -> JsonReply {
 /// `GET /api/plugins/doctor`: `{"runtimes":[…],"plugins":[…]}`.
 pub(crate) async fn doctor(State(state): State<Arc<AppState>>) -> JsonReply {
     let reader = state.clone();
-    match tokio::task::spawn_blocking(move || crate::doctor::report(&reader.load_context())).await {
+    match tokio::task::spawn_blocking(move || crate::app::doctor::report(&reader.load_context())).await {
         Ok(report) => JsonReply::ok(serde_json::to_value(report).unwrap_or_default()),
         Err(e) => JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, format!("the doctor failed: {e}")),
     }

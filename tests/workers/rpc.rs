@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ctxhost::agent::services::SharedServices;
-use ctxhost::agent::vfs::Read;
 use ctxhost::config::HostConfig;
 use ctxhost::home::Home;
+use ctxhost::host::services::SharedServices;
+use ctxhost::host::vfs::Read;
 use ctxhost::plugin::{LoadContext, LoadedPlugin, load_plugin};
 use ctxhost::protocol::{HookName, HookRequest};
 use ctxhost::runner::{CallOptions, HookError};
@@ -77,7 +77,7 @@ fn load(p: &TestPlugin, services: bool) -> Loaded {
     let plugin = load_plugin(&p.dir, &cx).unwrap_or_else(|e| panic!("load {}: {e}", p.dir.display()));
     let shared = services.then(|| {
         let shared = SharedServices::open(&home.agent_dir()).unwrap();
-        ctxhost::agent::attach_services(&plugin, &shared, &home).unwrap();
+        ctxhost::plugin::attach_services(&plugin, &shared, &home).unwrap();
         shared
     });
     Loaded { plugin, shared, home }

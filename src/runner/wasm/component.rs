@@ -47,7 +47,7 @@ use super::bindings::agent::exports::ctxhost::plugin::agent::GuestIndices as Age
 use super::bindings::ctxhost::plugin::{host, types as wit};
 use super::bindings::{ContextPlugin, ContextPluginIndices};
 use super::convert::{self, Budget, ReplyTooLarge};
-use crate::agent::services::{CallContext, PluginServices, quota};
+use crate::host::services::{CallContext, PluginServices, quota};
 use crate::manifest::{AgentDecl, DirGrant, DirMode};
 use crate::protocol::{HookName, HookRequest};
 use crate::runner::HookError;

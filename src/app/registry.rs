@@ -8,12 +8,6 @@
 //! second ago is listed — and every record file is replaced atomically. This
 //! module never runs a hook; listing loads plugins exactly as a call would.
 
-pub mod grants;
-pub mod install;
-pub mod state;
-mod store;
-pub mod venv;
-
 use std::path::{Path, PathBuf};
 
 use crate::config::HostConfig;
@@ -21,7 +15,8 @@ use crate::home::Home;
 use crate::manifest::{MANIFEST_FILE, ManifestError, Runtime};
 use crate::plugin::{LoadContext, load_plugin};
 
-pub use store::StoreError;
+pub use crate::host::filestore::StoreError;
+use crate::host::state;
 
 /// One plugin of the plugins dir as `ctxhost plugin list` and `GET /api/plugins` show it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -65,7 +60,7 @@ pub enum RegistryError {
     Venv {
         name: String,
         #[source]
-        source: venv::VenvError,
+        source: crate::runner::process::venv::VenvError,
     },
     /// A FaustBot plugin's dependencies could not be installed.
     #[error("the dependencies of plugin `{name}`: {source}")]
