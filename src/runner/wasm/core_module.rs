@@ -14,7 +14,8 @@ use std::path::Path;
 use serde_json::Value;
 use wasmtime::{Caller, Engine, Linker, Module, Store, StoreLimits, StoreLimitsBuilder, Trap};
 
-use super::component::{Limits, engine};
+use super::engine::engine;
+use super::store::Limits;
 use crate::protocol::{HookName, HookRequest, parse_stdout};
 use crate::runner::HookError;
 
