@@ -7,6 +7,7 @@
 //! - `env`: what a hook's environment holds, and what it must not.
 //! - `launchers`: launcher lookup, shims, custom and native launchers.
 //! - `cli`: `ctxhost hook` and `ctxhost doctor` as a user runs them.
+//! - `errors`: each kind of hook failure from a real plugin, with its HTTP status.
 //! - `stack`: the engine over a stack of plugins, with LibreFang-style fixtures.
 //! - `wasm`: component plugins on wasmtime.
 //! - `server`: `ctxhost serve`, its routes and hot reload.
@@ -26,6 +27,7 @@ mod agent;
 mod attacks;
 mod cli;
 mod env;
+mod errors;
 mod faust_shim;
 mod faustbot;
 mod launchers;

@@ -55,7 +55,7 @@ impl ComponentRunner {
         let budget = || Budget::new(request.hook().as_str());
         let failed = |e: wit::HookError| match e {
             wit::HookError::NotImplemented => None,
-            wit::HookError::Failed(m) => Some(HookError::Component(format!("the plugin failed: {m}"))),
+            wit::HookError::Failed(m) => Some(reported(&m)),
         };
         macro_rules! answer {
             ($call:expr, $ok:expr, $neutral:expr) => {
@@ -201,21 +201,26 @@ impl ComponentRunner {
             return Err(HookError::not_declared(&self.name, hook, self.hooks.iter().copied()));
         }
         let line = serde_json::to_string(request)
-            .map_err(|e| HookError::Component(format!("cannot serialise the `{hook}` request: {e}")))?;
+            .map_err(|e| HookError::Host(format!("cannot serialise the `{hook}` request: {e}")))?;
         let reply = self.with_instance(timeout_ms, env, |instance, store| {
             agent.indices.load(&mut *store, instance)?.call_handle(store, hook.as_str(), &line)
         })?;
         match reply {
             Ok(text) => serde_json::from_str(check_agent_reply(hook.as_str(), &text)?).map_err(|e| {
-                HookError::Component(format!(
+                HookError::BadReply(format!(
                     "'{}' answered `{hook}` with text that is not JSON ({e}): {text:.200}",
                     self.name
                 ))
             }),
             Err(wit::HookError::NotImplemented) => Ok(serde_json::json!({"action": "pass"})),
-            Err(wit::HookError::Failed(m)) => Err(HookError::Component(format!("the plugin failed: {m}"))),
+            Err(wit::HookError::Failed(m)) => Err(reported(&m)),
         }
     }
+}
+
+/// A component's own `failed(message)`.
+fn reported(message: &str) -> HookError {
+    HookError::Failed(format!("the plugin reported a failure: {message}"))
 }
 
 /// A component plugin as a [`Runner`](crate::runner::Runner): calls run on a blocking thread (they

@@ -30,7 +30,7 @@ use super::cache::compile;
 use super::convert::{self, ReplyTooLarge};
 use super::host_imports::SharedUsage;
 use super::store::CallEnv;
-use super::trap::explain_trap;
+use super::trap;
 use crate::host::services::PluginServices;
 use crate::manifest::AgentDecl;
 use crate::protocol::HookName;
@@ -132,7 +132,7 @@ impl ComponentRunner {
         data_dir: PathBuf,
         cache_dir: Option<&Path>,
     ) -> Result<Self, HookError> {
-        let shared = engine().map_err(|m| HookError::Component(format!("`{}`: {m}", wasm.display())))?;
+        let shared = engine().map_err(HookError::Host)?;
         Self::load_with_engine(shared, name, wasm, limits, config, data_dir, cache_dir)
     }
 
@@ -148,7 +148,7 @@ impl ComponentRunner {
         data_dir: PathBuf,
         cache_dir: Option<&Path>,
     ) -> Result<Self, HookError> {
-        let fail = |m: String| HookError::Component(format!("`{}`: {m}", wasm.display()));
+        let fail = |reason: String| HookError::Load { what: "component", path: wasm.to_owned(), reason };
         // The checked (canonical) path, never through a link swapped in since.
         let bytes =
             crate::manifest::beneath::read_no_symlinks(wasm, u64::MAX).map_err(|e| fail(e.reason.to_string()))?;
@@ -243,7 +243,8 @@ impl ComponentRunner {
                 return ReplyTooLarge::Lifted { hook: export, limit: convert::REPLY_BYTES }.into();
             }
             let used = self.limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
-            HookError::Component(explain_trap(&e, used, timeout_ms, self.limits.memory_mb, &output.stderr))
+            let stderr = String::from_utf8_lossy(&output.stderr.contents().0).into_owned();
+            trap::classify(&e, used, timeout_ms, self.limits.memory_mb, &stderr)
         })
     }
 

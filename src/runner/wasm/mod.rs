@@ -40,7 +40,5 @@ pub(crate) fn call_timeout_ms(options: &CallOptions, plugin_default_ms: u64) -> 
 pub(crate) async fn on_blocking_pool(
     call: impl FnOnce() -> Result<Value, HookError> + Send + 'static,
 ) -> Result<Value, HookError> {
-    tokio::task::spawn_blocking(call)
-        .await
-        .map_err(|e| HookError::Component(format!("the call's thread failed: {e}")))?
+    tokio::task::spawn_blocking(call).await.map_err(|e| HookError::Host(format!("the call's thread failed: {e}")))?
 }

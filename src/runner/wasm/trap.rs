@@ -2,12 +2,14 @@
 //! deadline, over the memory limit, a guest panic (told by the last lines of
 //! its stderr), or another trap by its own name.
 //!
-//! Owns classifying a wasmtime error after a call. Never runs guest code and
-//! never puts more of a guest's output in an error than [`STDERR_IN_ERROR`].
+//! Owns classifying a wasmtime error after a call, for components and core
+//! modules alike: each becomes the [`HookError`] of its kind. Never runs guest
+//! code and never puts more of a guest's output in an error than
+//! [`STDERR_IN_ERROR`].
 
 use wasmtime::Trap;
 
-use super::wasi::TailPipe;
+use crate::runner::HookError;
 
 /// The most of a guest's stderr an error carries: its last lines, where a
 /// panic's cause is.
@@ -36,38 +38,41 @@ fn panic_text(stderr: &str) -> Option<String> {
     Some(tail(&said, STDERR_IN_ERROR))
 }
 
-/// Errors a user can act on: out of fuel, deadline, memory, guest panic.
-pub(super) fn explain_trap(
+/// What a failed wasm call was, typed: out of fuel, past the deadline, over
+/// the memory limit, a guest panic (when `guest_stderr` tells one), or
+/// another trap by its own name with the end of `guest_stderr`.
+pub(super) fn classify(
     e: &wasmtime::Error,
     fuel_used: u64,
     timeout_ms: u64,
     memory_mb: u64,
-    stderr: &TailPipe,
-) -> String {
-    let guest_said = String::from_utf8_lossy(&stderr.contents().0).trim().to_owned();
-    let panic = panic_text(&guest_said);
+    guest_stderr: &str,
+) -> HookError {
+    let guest_said = guest_stderr.trim();
     match e.downcast_ref::<Trap>() {
-        Some(Trap::OutOfFuel) => format!("out of fuel after {fuel_used} units"),
-        Some(Trap::Interrupt) => format!("deadline of {timeout_ms} ms exceeded"),
-        Some(Trap::StackOverflow) => "stack overflow (too deep a recursion)".to_owned(),
+        Some(Trap::OutOfFuel) => HookError::OutOfFuel { used: fuel_used },
+        Some(Trap::Interrupt) => HookError::Deadline { ms: timeout_ms },
+        Some(Trap::StackOverflow) => HookError::Trap("stack overflow (too deep a recursion)".to_owned()),
         // Rust guests keep their stack in linear memory: running off its end
         // is an out-of-bounds access, not a wasm stack overflow.
-        Some(Trap::MemoryOutOfBounds) => {
+        Some(Trap::MemoryOutOfBounds) => HookError::Trap(
             "out-of-bounds memory access (in a Rust guest usually a stack overflow from too deep a recursion)"
-                .to_owned()
+                .to_owned(),
+        ),
+        Some(Trap::UnreachableCodeReached) if let Some(message) = panic_text(guest_said) => {
+            HookError::GuestPanic { message }
         }
-        Some(Trap::UnreachableCodeReached) if panic.is_some() => format!("guest panic: {}", panic.unwrap_or_default()),
         _ if format!("{e:#}").contains("memory") && format!("{e:#}").contains("grow") => {
-            format!("memory limit of {memory_mb} MiB exceeded")
+            HookError::MemoryLimit { mb: memory_mb }
         }
         trap => {
             // A trap's own name, not the wasm backtrace around it.
             let base = trap.map_or_else(|| format!("{e:#}"), |t| format!("trap: {t}"));
-            if guest_said.is_empty() {
+            HookError::Trap(if guest_said.is_empty() {
                 base
             } else {
-                format!("{base}; guest stderr: {}", tail(&guest_said, STDERR_IN_ERROR))
-            }
+                format!("{base}; guest stderr: {}", tail(guest_said, STDERR_IN_ERROR))
+            })
         }
     }
 }

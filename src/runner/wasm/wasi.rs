@@ -152,7 +152,7 @@ pub(super) fn context(limits: &Limits) -> Result<(WasiCtx, GuestOutput), HookErr
             DirMode::Rw => wasmtime_wasi::FsPerms::ReadWrite,
         };
         wasi.preopened_dir(&d.host, &d.guest, perms)
-            .map_err(|e| HookError::Component(format!("cannot grant `{}` as `{}`: {e}", d.host.display(), d.guest)))?;
+            .map_err(|e| HookError::Launch(format!("cannot grant `{}` as `{}`: {e}", d.host.display(), d.guest)))?;
     }
     Ok((wasi.build(), output))
 }
