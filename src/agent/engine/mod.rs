@@ -10,9 +10,9 @@
 //! decision is logged, counted in [`Metrics`] and treated as a pass.
 //!
 //! This file holds the engine, its plugin list and the chain/observe rules;
-//! the rest by job: [`plugin`] (who takes part, chain order), [`register`]
-//! (run-time registration, FaustBot's permission policy), [`hooks`] (the
-//! typed entry points), [`tools`], [`triggers`], [`host_calls`] (what the
+//! the rest by job: `plugin` (who takes part, chain order), `register`
+//! (run-time registration, FaustBot's permission policy), `hooks` (the
+//! typed entry points), `tools`, `triggers`, `host_calls` (what the
 //! services ask of the engine). The background work (trigger watcher,
 //! schedules, heartbeats) lives in [`super::timers`]; this module never
 //! sleeps, and it never loads or discovers a plugin (`app` hands them in).
