@@ -1,12 +1,10 @@
-//! The operator's records about installed plugins: what is in the plugins
-//! dir ([`list_plugins`]), which plugins are turned off ([`state`]), the
-//! privileges each was granted ([`grants`]), python plugins' virtual
-//! environments ([`venv`]), and installing and removing plugins
-//! ([`install`]).
+//! What is in the plugins dir ([`list_plugins`], [`survey`], [`installed`]),
+//! whether a plugin is enabled ([`is_enabled`], from the operator's record in
+//! `host::state`), and a plugin's name → directory with a did-you-mean.
 //!
 //! Everything here is read from disk on every call — a plugin installed a
-//! second ago is listed — and every record file is replaced atomically. This
-//! module never runs a hook; listing loads plugins exactly as a call would.
+//! second ago is listed. This module never runs a hook; listing loads
+//! plugins exactly as a call would.
 
 use std::path::{Path, PathBuf};
 
