@@ -152,3 +152,25 @@ fn test_hook_keeps_librefangs_400_and_says_the_kind() {
     let r = test_hook("script", "hello");
     assert_eq!((r.status, r.json()["kind"].is_null()), (200, true), "{}", r.body);
 }
+
+/// Through the agent engine: a component's `communicate` past its deadline is
+/// FaustBot's 500 on the communicate route, with the kind the runner gave.
+#[test]
+fn the_agent_engine_keeps_the_kind_to_its_routes() {
+    let site = Site::new();
+    let dir = site.plugin_dir("services-probe");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(crate::util::examples::component("services_probe"), dir.join("probe.wasm")).unwrap();
+    write(
+        &dir.join("plugin.toml"),
+        "name = \"services-probe\"\nversion = \"0.1.0\"\nruntime = \"wasm\"\ncomponent = \"probe.wasm\"\n\
+         [sandbox]\nfuel = 200_000_000\nmemory_mb = 32\ntimeout_ms = 300\n",
+    );
+    let d = site.start(&[]);
+    let r = d.post("/faust/plugins/services-probe/communicate", &json!({"spin": true}).to_string());
+    let body = r.json();
+    assert_eq!((r.status, body["kind"].as_str()), (500, Some("timeout")), "{body}");
+    assert!(body["detail"].as_str().unwrap().contains("Hook timed out after 300 ms"), "{body}");
+    let r = d.post("/faust/plugins/services-probe/communicate", &json!({"calls": []}).to_string());
+    assert_eq!(r.status, 200, "the plugin still answers: {}", r.body);
+}

@@ -62,7 +62,11 @@ impl HostCalls for AgentEngine {
             if !plugin.hooks.contains(&HookName::ReadSymbolic) {
                 return Err(format!("plugin '{owner}' owns {path} but has no read_symbolic hook"));
             }
-            match self.call(&plugin, HookName::ReadSymbolic, obj(json!({"path": path}))).await? {
+            match self
+                .call(&plugin, HookName::ReadSymbolic, obj(json!({"path": path})))
+                .await
+                .map_err(|e| e.to_string())?
+            {
                 Value::String(s) => Ok(s),
                 Value::Object(m) => match m.get("content") {
                     Some(Value::String(s)) => Ok(s.clone()),

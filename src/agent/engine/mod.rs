@@ -38,7 +38,7 @@ use crate::host::services::{HostCalls, ServiceError, SharedServices};
 use crate::manifest::{AgentDecl, ToolSpec};
 use crate::metrics::{CallOutcome, Metrics};
 use crate::protocol::{AgentRequest, HookName, HookRequest};
-use crate::runner::CallOptions;
+use crate::runner::{CallOptions, HookError};
 
 /// A chain a plugin stopped.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -67,7 +67,12 @@ pub enum AgentError {
     #[error("plugin '{plugin}' does not handle `{hook}`")]
     NoHook { plugin: String, hook: HookName },
     #[error("plugin '{plugin}' failed at `{hook}`: {error}")]
-    Failed { plugin: String, hook: HookName, error: String },
+    Failed {
+        plugin: String,
+        hook: HookName,
+        #[source]
+        error: HookError,
+    },
     #[error("plugin '{plugin}' answered `{hook}` with {found}, not a JSON object")]
     NotAnObject { plugin: String, hook: HookName, found: &'static str },
 }
@@ -214,8 +219,9 @@ impl AgentEngine {
         }
     }
 
-    /// One plugin call, timed and counted; a failure is `Err(text)`.
-    async fn call(&self, plugin: &AgentPlugin, hook: HookName, fields: Map<String, Value>) -> Result<Value, String> {
+    /// One plugin call, timed and counted; a failure is the runner's error
+    /// (a reply that is not a decision, with `form`, a `BadReply`).
+    async fn call(&self, plugin: &AgentPlugin, hook: HookName, fields: Map<String, Value>) -> Result<Value, HookError> {
         self.call_checked(plugin, hook, fields, None).await
     }
 
@@ -227,7 +233,7 @@ impl AgentEngine {
         hook: HookName,
         fields: Map<String, Value>,
         form: Option<Form>,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, HookError> {
         let request = HookRequest::Agent(AgentRequest::new(hook, fields));
         let started = Instant::now();
         // The plugins this task is inside of: a service call made during this
@@ -237,11 +243,11 @@ impl AgentEngine {
         stack.push(plugin.name.clone());
         let options = CallOptions::default();
         let call = plugin.runner.call(&request, &options);
-        let reply = IN_CALL.scope(stack, call).await.map_err(|e| e.to_string());
+        let reply = IN_CALL.scope(stack, call).await;
         let reply = match (reply, form) {
             (Ok(v), Some(form)) => match decision::Decision::from_reply(&v, form) {
                 Ok(_) => Ok(v),
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(HookError::BadReply(e.to_string())),
             },
             (other, _) => other,
         };
@@ -289,7 +295,7 @@ impl AgentEngine {
             request.insert(key.to_owned(), value.clone());
             async move {
                 match plugin {
-                    Some(p) => self.call_checked(&p, hook, request, Some(form(hook))).await,
+                    Some(p) => self.call_checked(&p, hook, request, Some(form(hook))).await.map_err(|e| e.to_string()),
                     None => Err("gone".into()),
                 }
             }
@@ -350,7 +356,7 @@ impl AgentEngine {
                     Ok(Value::Null) => json!({"status": "ok"}),
                     Ok(Value::Object(m)) if m.is_empty() => json!({"status": "ok"}),
                     Ok(other) => json!({"status": "ok", "reply": other}),
-                    Err(e) => json!({"status": "error", "error": e}),
+                    Err(e) => json!({"status": "error", "error": e.to_string(), "kind": e.kind().as_str()}),
                 }
             } else {
                 json!({"status": "ok"})
@@ -366,7 +372,7 @@ impl AgentEngine {
         plugin: &AgentPlugin,
         hook: HookName,
         fields: Map<String, Value>,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, HookError> {
         self.call(plugin, hook, fields).await
     }
 
@@ -418,7 +424,7 @@ mod tests {
     use super::super::decision::PrioritySource;
     use super::*;
     use crate::host::services::PluginServices;
-    use crate::runner::{BoxFuture, HookError, Runner};
+    use crate::runner::{BoxFuture, Runner};
 
     type Answer = dyn Fn(&Map<String, Value>) -> Result<Value, String> + Send + Sync;
 

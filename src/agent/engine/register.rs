@@ -61,6 +61,7 @@ impl AgentEngine {
     /// dependencies), or the reply is not a registration.
     pub async fn register(&self, plugin: &AgentPlugin) -> Result<AgentPlugin, String> {
         let reply = self.call(plugin, HookName::Register, Map::new()).await.map_err(|e| {
+            let e = e.to_string();
             let declared = self.deps_declared.lock().unwrap_or_else(|p| p.into_inner()).get(&plugin.name).copied();
             if (e.contains("ModuleNotFoundError") || e.contains("ImportError")) && declared == Some(false) {
                 format!(
