@@ -7,6 +7,7 @@
 //! - `env`: what a hook's environment holds, and what it must not.
 //! - `launchers`: launcher lookup, shims, custom and native launchers.
 //! - `cli`: `ctxhost hook` and `ctxhost doctor` as a user runs them.
+//! - `errors`: each kind of hook failure from a real plugin, with its HTTP status.
 //! - `stack`: the engine over a stack of plugins, with LibreFang-style fixtures.
 //! - `wasm`: component plugins on wasmtime.
 //! - `server`: `ctxhost serve`, its routes and hot reload.
@@ -17,6 +18,7 @@
 //! - `agent`: the agent loop (agent-hooks.md): the guard three ways, combine rules, config, triggers, schedules.
 //! - `workers`: persistent workers: examples in both modes, faults, respawn and retry, leaks, reload.
 //! - `attacks`: the attack catalogue (issue 13): what a hostile plugin tries, and that it fails.
+//! - `layers`: the module layers of `src/` only point down.
 //! - `faustbot`: FaustBot plugins (plugin.json + impl.py) unmodified: the examples, every hook sync and async, deps, lifecycle.
 
 mod util;
@@ -25,9 +27,11 @@ mod agent;
 mod attacks;
 mod cli;
 mod env;
+mod errors;
 mod faust_shim;
 mod faustbot;
 mod launchers;
+mod layers;
 mod limits;
 mod manifest;
 mod plugins;

@@ -6,10 +6,10 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::CliResult;
+use crate::app::doctor::{self, DoctorReport};
 use crate::config::HostConfig;
-use crate::doctor::{self, DoctorReport};
 use crate::home::Home;
-use crate::plugin::LoadContext;
+use crate::host::LoadContext;
 
 /// Report the runtimes this machine has and the state of every plugin.
 ///

@@ -1,5 +1,5 @@
 //! `ctxhost plugin list | install | deps | remove | enable | disable | grant`: the
-//! plugins dir and the operator's records about it (`crate::registry`).
+//! plugins dir and the operator's records about it (`crate::app::registry`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -8,10 +8,12 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 
 use super::{CliResult, show_warnings};
+use crate::app::install;
+use crate::app::registry::{self, PluginInfo};
 use crate::config::HostConfig;
 use crate::home::Home;
-use crate::plugin::LoadContext;
-use crate::registry::{self, PluginInfo, grants, install, state};
+use crate::host::LoadContext;
+use crate::host::{grants, state};
 
 /// Manage the plugins of the plugins dir.
 #[derive(Debug, Args)]

@@ -7,10 +7,11 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{CliResult, show_warnings};
+use crate::app::load_stack;
 use crate::config::HostConfig;
-use crate::engine::stack::{StackEngine, load_stack};
+use crate::engine::stack::StackEngine;
 use crate::home::Home;
-use crate::plugin::LoadContext;
+use crate::host::LoadContext;
 use crate::session::{RunSettings, Turn, TurnReport, parse_transcript};
 
 /// Drive a transcript through the configured engine and show what the model
@@ -109,7 +110,7 @@ fn drive(home: &Home, config: &HostConfig, turns: &[Turn], output: &OutputArgs) 
     show_warnings(&warnings);
     // The agent loop: plugins with agent hooks (tool_call_pre, …) take part
     // in every turn; none installed, none asked.
-    let (agent, warnings) = crate::agent::engine::AgentEngine::load(&cx, engine.metrics().clone(), Some(&engine))
+    let (agent, warnings) = crate::app::load_agent(&cx, engine.metrics().clone(), Some(&engine))
         .map_err(|e| format!("agent-loop host services: {e}"))?;
     show_warnings(&warnings);
     let agent = (!agent.plugins().is_empty()).then_some(agent);

@@ -16,6 +16,7 @@ mod error;
 mod reader;
 mod runtime;
 mod sandbox;
+pub mod schema;
 mod settings;
 
 use std::collections::BTreeMap;

@@ -66,7 +66,7 @@ async fn set_enabled(State(state): State<Arc<AppState>>, Path(id): Path<String>,
     if super::reload::plugin_dir(&state, &id).is_err() {
         return JsonReply::detail(StatusCode::NOT_FOUND, format!("Plugin not found: {id}"));
     }
-    if let Err(e) = crate::registry::state::set_enabled(&state.home, &id, enabled) {
+    if let Err(e) = crate::host::state::set_enabled(&state.home, &id, enabled) {
         return JsonReply::detail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
     }
     match super::reload::reload(&state, &id).await {

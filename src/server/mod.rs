@@ -42,11 +42,12 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::{get, patch, post};
 
+use crate::app::load_stack;
 use crate::config::HostConfig;
 use crate::engine::ContextEngine;
-use crate::engine::stack::{StackEngine, load_stack};
+use crate::engine::stack::StackEngine;
 use crate::home::Home;
-use crate::plugin::LoadContext;
+use crate::host::LoadContext;
 use crate::protocol::BootstrapRequest;
 
 pub use auth::AddressPolicyError;
@@ -81,7 +82,7 @@ pub enum ServeError {
     #[error("cannot watch the plugins dir for --watch: {0}")]
     Watch(String),
     #[error("agent-loop host services: {0}")]
-    Agent(crate::agent::services::ServiceError),
+    Agent(crate::host::services::ServiceError),
     #[error(transparent)]
     Journal(#[from] crate::host::store::journal::JournalError),
     #[error("the server stopped: {0}")]
@@ -139,8 +140,7 @@ impl Server {
         }
         let (agent, warnings) = {
             let cx = LoadContext { home: &home, config: &config, host_env: &LoadContext::process_env };
-            crate::agent::engine::AgentEngine::load(&cx, engine.metrics().clone(), Some(&engine))
-                .map_err(ServeError::Agent)?
+            crate::app::load_agent(&cx, engine.metrics().clone(), Some(&engine)).map_err(ServeError::Agent)?
         };
         for w in warnings {
             tracing::warn!("{w}");

@@ -40,7 +40,7 @@ pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded
     let plugin_name = name.to_owned();
     let plugin = tokio::task::spawn_blocking(move || {
         let cx = loader.load_context();
-        if crate::faust::is_faust_plugin(&dir) && crate::registry::is_enabled(&loader.home, &plugin_name) {
+        if crate::faust::is_faust_plugin(&dir) && crate::app::registry::is_enabled(&loader.home, &plugin_name) {
             // Dependencies go in before the module is first imported — and
             // only when the operator turned installs at start on.
             let install = crate::faust::deps::Install::at_start(cx.config);
@@ -66,7 +66,7 @@ pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded
         active: false,
         warnings: plugin.warnings.clone(),
     };
-    if !crate::registry::is_enabled(&state.home, name) {
+    if !crate::app::registry::is_enabled(&state.home, name) {
         if state.engine.clear_layer(name) {
             tracing::info!(plugin = %name, "disabled: taken out of the stack");
         }

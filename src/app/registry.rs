@@ -1,18 +1,10 @@
-//! The operator's records about installed plugins: what is in the plugins
-//! dir ([`list_plugins`]), which plugins are turned off ([`state`]), the
-//! privileges each was granted ([`grants`]), python plugins' virtual
-//! environments ([`venv`]), and installing and removing plugins
-//! ([`install`]).
+//! What is in the plugins dir ([`list_plugins`], [`survey`], [`installed`]),
+//! whether a plugin is enabled ([`is_enabled`], from the operator's record in
+//! `host::state`), and a plugin's name → directory with a did-you-mean.
 //!
 //! Everything here is read from disk on every call — a plugin installed a
-//! second ago is listed — and every record file is replaced atomically. This
-//! module never runs a hook; listing loads plugins exactly as a call would.
-
-pub mod grants;
-pub mod install;
-pub mod state;
-mod store;
-pub mod venv;
+//! second ago is listed. This module never runs a hook; listing loads
+//! plugins exactly as a call would.
 
 use std::path::{Path, PathBuf};
 
@@ -21,7 +13,8 @@ use crate::home::Home;
 use crate::manifest::{MANIFEST_FILE, ManifestError, Runtime};
 use crate::plugin::{LoadContext, load_plugin};
 
-pub use store::StoreError;
+pub use crate::host::filestore::StoreError;
+use crate::host::state;
 
 /// One plugin of the plugins dir as `ctxhost plugin list` and `GET /api/plugins` show it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -65,7 +58,7 @@ pub enum RegistryError {
     Venv {
         name: String,
         #[source]
-        source: venv::VenvError,
+        source: crate::runner::process::venv::VenvError,
     },
     /// A FaustBot plugin's dependencies could not be installed.
     #[error("the dependencies of plugin `{name}`: {source}")]
