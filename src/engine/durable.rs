@@ -503,3 +503,75 @@ mod tests {
         assert_eq!(s.engine.metrics().journal().append_failures, 1);
     }
 }
+
+/// Not a check: the acknowledgement's cost (`after_turn` until it returns,
+/// a no-op plugin, 300 turns) without and with the journal, printed.
+/// `MEASURE_DIR` picks the file system (default /tmp).
+#[cfg(test)]
+mod measure {
+    use super::*;
+    use crate::engine::ContextEngine;
+    use crate::engine::default::DefaultSettings;
+    use crate::engine::stack::{StackEngine, StackSettings};
+    use crate::manifest::ExecSettings;
+    use crate::protocol::{AfterTurnRequest, Message, Role};
+    use crate::runner::{BoxFuture, CallOptions, HookError, Runner};
+    use serde_json::{Value, json};
+
+    struct Noop;
+    impl Runner for Noop {
+        fn call<'a>(&'a self, _: &'a HookRequest, _: &'a CallOptions) -> BoxFuture<'a, Result<Value, HookError>> {
+            Box::pin(async { Ok(json!({"type": "ok"})) })
+        }
+    }
+
+    fn pct(mut v: Vec<Duration>) -> (Duration, Duration) {
+        v.sort();
+        (v[v.len() / 2], v[v.len() * 99 / 100])
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "prints the after_turn ack latency with and without the journal; run with --ignored --nocapture"]
+    async fn measure_after_turn_ack() {
+        let root = std::env::var("MEASURE_DIR").unwrap_or_else(|_| "/tmp".into());
+        for journaled in [false, true] {
+            let dir = tempfile::tempdir_in(&root).unwrap();
+            let default = DefaultEngine::open(&dir.path().join("memory.db"), DefaultSettings::default()).unwrap();
+            let metrics = Arc::new(Metrics::default());
+            let hooks = [HookName::AfterTurn].into_iter().collect();
+            let layer = Layer::new(
+                "p",
+                Arc::new(Noop),
+                ExecSettings::default(),
+                hooks,
+                Arc::new(tokio::sync::Semaphore::new(8)),
+                metrics.clone(),
+            );
+            let mut engine = StackEngine::new(
+                default,
+                vec![StackLayer::new(Arc::new(layer), 1.0)],
+                StackSettings::default(),
+                metrics,
+            );
+            if journaled {
+                engine.attach_journal(Arc::new(
+                    SqliteJournal::open(&dir.path().join("state.db"), RetryPolicy::default()).unwrap(),
+                ));
+            }
+            let mut acks = Vec::new();
+            for i in 0..300 {
+                let req = AfterTurnRequest {
+                    agent_id: "a".into(),
+                    messages: vec![Message::text(Role::User, format!("turn {i} about gardens and basil"))],
+                    ..Default::default()
+                };
+                let t = Instant::now();
+                engine.after_turn(&req).await.unwrap();
+                acks.push(t.elapsed());
+                engine.settle().await;
+            }
+            let (p50, p99) = pct(acks);
+            println!("{root} journaled={journaled}: after_turn ack p50 {p50:?} p99 {p99:?}");
+        }
+    }
+}
