@@ -727,8 +727,9 @@ mod tests {
     #[test]
     fn failures_back_off_then_dead_letter_and_other_targets_go_on() {
         let dir = tempfile::tempdir().unwrap();
-        let policy =
-            RetryPolicy { max_attempts: 3, backoff: Duration::from_millis(40), max_backoff: Duration::from_secs(1) };
+        // Long enough that a loaded machine still claims within the backoff.
+        let wait = Duration::from_millis(500);
+        let policy = RetryPolicy { max_attempts: 3, backoff: wait, max_backoff: wait };
         let j = open(dir.path(), policy);
         let me = lease("me", 60);
         let all = targets(&["bad", "good"]);
