@@ -598,39 +598,63 @@ fn stored_memories(home: &Path, agent: &str) -> usize {
     ctxhost::engine::default::memory::MemoryStore::open(&home.join("memory.db")).unwrap().count(agent).unwrap()
 }
 
-#[test]
-fn a_sidecar_killed_right_after_answering_after_turn_runs_the_plugins_call_at_the_next_start_exactly_once() {
-    let w = World::new();
-    let (gate, store) = (w.root.path().join("gate"), w.root.path().join("diary.jsonl"));
-    // The plugin's own store: every after_turn it sees, one line each. It
-    // waits for the gate, so the kill surely comes before it could write.
+/// Two plugins for the kill tests, with one hook process at a time: `blocker`,
+/// whose ingest holds that one slot (it touches `started`, then waits for
+/// `gate`), so a turn's after_turn is journaled and answered but cannot start
+/// before the kill; and `diary`, whose after_turn appends every request it
+/// sees to `store` (the plugin's own store) and hands back a memory.
+///
+/// (A hook already running when ctxhost is SIGKILLed is not killed with it,
+/// so it may finish as an orphan and its replay run it again: delivery is at
+/// least once. These tests kill before the hook starts, deterministically.)
+fn kill_world(w: &World) -> (PathBuf, PathBuf, PathBuf) {
+    let (started, gate, store) =
+        (w.root.path().join("started"), w.root.path().join("gate"), w.root.path().join("diary.jsonl"));
+    w.bash(
+        "blocker",
+        &["ingest"],
+        &format!(
+            "read -r request\ntouch '{started}'\nwhile [ ! -e '{gate}' ]; do sleep 0.02; done\necho '{{\"memories\":[]}}'\n",
+            started = started.display(),
+            gate = gate.display()
+        ),
+    );
     w.bash(
         "diary",
         &["after_turn"],
         &format!(
-            "read -r request\nwhile [ ! -e '{gate}' ]; do sleep 0.02; done\n\
-             printf '%s\\n' \"$request\" >> '{store}'\n\
+            "read -r request\nprintf '%s\\n' \"$request\" >> '{store}'\n\
              echo '{{\"type\":\"ok\",\"memories\":[{{\"content\":\"diary keeps the cat\"}}]}}'\n",
-            gate = gate.display(),
             store = store.display()
         ),
     );
-    w.config("[context_engine]\nplugin = \"diary\"\n");
+    w.config("max_concurrent_hooks = 1\n[context_engine]\nplugin_stack = [\"blocker\", \"diary\"]\n");
+    (started, gate, store)
+}
+
+#[test]
+fn a_sidecar_killed_right_after_answering_after_turn_runs_the_plugins_call_at_the_next_start_exactly_once() {
+    let w = World::new();
+    let (started, gate, store) = kill_world(&w);
     let mut s = w.sidecar();
-    s.send(&after_turn(1, AGENT, &[user("my cat is called Miso"), assistant("Nice!")]));
+    s.send(&ingest(1, AGENT, "hold the only hook slot"));
+    crate::util::within(60, "the blocking ingest hook", || started.exists());
+    s.send(&after_turn(2, AGENT, &[user("my cat is called Miso"), assistant("Nice!")]));
     let reply = s.next();
     // LibreFang drops its engine: SIGKILL as soon as the answer is read.
     s.child.kill().unwrap();
     s.child.wait().unwrap();
+    assert_eq!(reply["id"], 2, "{reply}");
     assert!(reply.get("ok").is_some(), "{reply}");
 
     let pending = journal(&w.home()).pending().unwrap();
     assert_eq!(pending.len(), 1, "the answered turn is in the journal: {pending:?}");
     assert_eq!((pending[0].target.as_str(), pending[0].agent.as_str()), ("diary", AGENT));
     assert!(pending[0].payload.contains("my cat is called Miso"), "{}", pending[0].payload);
-    assert!(lines(&store).is_empty(), "the plugin never finished in the killed sidecar");
+    assert!(lines(&store).is_empty(), "the plugin never ran in the killed sidecar");
     assert_eq!(stored_memories(&w.home(), AGENT), 1, "the built-in memory stored the turn before the answer");
 
+    // The killed sidecar's blocker hook may go on as an orphan: let it end.
     std::fs::write(&gate, "").unwrap();
     let s = w.sidecar();
     crate::util::within(60, "the replayed after_turn", || stored_memories(&w.home(), AGENT) == 2);
