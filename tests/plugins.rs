@@ -102,8 +102,19 @@ fn list_shows_every_plugin_and_a_broken_one_with_its_error() {
     let broken = s.installed("broken", &[("plugin.toml", "name = \"broken\"\n[hooks]\nruntime = \"node\"\n")]);
     s.installed("empty", &[("README", "not a plugin")]);
 
+    let listed = s.list_json();
+    // The catalog's status record: `state` besides the fields of before.
+    let states: Vec<&Value> = listed.as_array().unwrap().iter().map(|p| &p["state"]).collect();
+    assert_eq!(states, [&json!("loaded"), &json!("error"), &json!("error")], "{listed}");
+    let old_fields = ["name", "version", "runtime", "hooks", "enabled", "error"];
+    let projected: Vec<Value> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| old_fields.iter().filter_map(|k| p.get(*k).map(|v| ((*k).to_owned(), v.clone()))).collect())
+        .collect();
     assert_eq!(
-        s.list_json(),
+        Value::Array(projected),
         json!([
             {"name": "alpha", "version": "0.1.0", "runtime": "bash", "hooks": ["ingest", "after_turn"], "enabled": true},
             {"name": "broken", "version": "", "runtime": "node", "hooks": [], "enabled": true,

@@ -6,6 +6,7 @@
 //! - `limits`: timeouts, output caps, process-group cleanup.
 //! - `env`: what a hook's environment holds, and what it must not.
 //! - `launchers`: launcher lookup, shims, custom and native launchers.
+//! - `catalog`: one status per plugin: doctor, plugin list and the daemon's routes agree; each plugin loaded once.
 //! - `cli`: `ctxhost hook` and `ctxhost doctor` as a user runs them.
 //! - `stack`: the engine over a stack of plugins, with LibreFang-style fixtures.
 //! - `wasm`: component plugins on wasmtime.
@@ -24,6 +25,7 @@ mod util;
 
 mod agent;
 mod attacks;
+mod catalog;
 mod cli;
 mod env;
 mod faust_shim;

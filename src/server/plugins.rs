@@ -1,6 +1,8 @@
 //! LibreFang's plugin routes (spec section 9) and `GET /api/plugins`.
-//! Each reads the plugins dir when called: nothing here is cached, so a
-//! plugin that appears while the daemon runs is usable at once.
+//! The list and doctor report the daemon's catalog (one status per plugin,
+//! the one `ctxhost doctor` and `plugin list` compute); each route also
+//! reads the plugins dir when called, so a plugin that appears while the
+//! daemon runs is listed, test-hookable and reloadable at once.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,19 +18,28 @@ use super::reload::{self, ReloadError};
 use crate::protocol::{HookName, HookRequest};
 use crate::runner::{CallOptions, Runner};
 
-/// `GET /api/plugins`: `[{"name","version","runtime","hooks","enabled","error"?}]`.
+/// `GET /api/plugins`: the catalog's status of every plugin of the plugins
+/// dir (`[{"name","version","runtime","hooks","enabled","error"?,"state",…}]`):
+/// what the daemon runs, and a plugin that appeared since, loaded at a glance.
 pub(crate) async fn list(State(state): State<Arc<AppState>>) -> JsonReply {
     let reader = state.clone();
-    match tokio::task::spawn_blocking(move || crate::app::registry::list_plugins(&reader.home, &reader.config)).await {
+    match tokio::task::spawn_blocking(move || reader.catalog.current(&reader.load_context())).await {
         Ok(list) => JsonReply::ok(serde_json::to_value(list).unwrap_or(Value::Array(Vec::new()))),
         Err(e) => JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, format!("listing plugins failed: {e}")),
     }
 }
 
-/// `GET /api/plugins/doctor`: `{"runtimes":[…],"plugins":[…]}`.
+/// `GET /api/plugins/doctor`: `{"runtimes":[…],"plugins":[…],"sandbox":{…}}`,
+/// the plugins as `GET /api/plugins` lists them (plus the manual hooks).
 pub(crate) async fn doctor(State(state): State<Arc<AppState>>) -> JsonReply {
     let reader = state.clone();
-    match tokio::task::spawn_blocking(move || crate::app::doctor::report(&reader.load_context())).await {
+    let report = tokio::task::spawn_blocking(move || {
+        let cx = reader.load_context();
+        let mut plugins = reader.catalog.current(&cx);
+        plugins.extend(reader.catalog.manual().map(|m| m.status));
+        crate::app::doctor::report_of(plugins, &cx)
+    });
+    match report.await {
         Ok(report) => JsonReply::ok(serde_json::to_value(report).unwrap_or_default()),
         Err(e) => JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, format!("the doctor failed: {e}")),
     }
