@@ -469,7 +469,7 @@ fn a_component_is_listed_with_the_hooks_it_describes_and_a_broken_one_is_not_ins
     assert_eq!(
         stderr(&a),
         format!(
-            "error: plugin `garbage` does not load: component plugin `{}`: not a WebAssembly component \
+            "error: plugin `garbage` does not load: component `{}`: not a WebAssembly component \
              (build it with `--target wasm32-wasip2`)\n",
             bad.join("garbage.wasm").display()
         )

@@ -8,6 +8,7 @@
 //! - `launchers`: launcher lookup, shims, custom and native launchers.
 //! - `catalog`: one status per plugin: doctor, plugin list and the daemon's routes agree; each plugin loaded once.
 //! - `cli`: `ctxhost hook` and `ctxhost doctor` as a user runs them.
+//! - `errors`: each kind of hook failure from a real plugin, with its HTTP status.
 //! - `stack`: the engine over a stack of plugins, with LibreFang-style fixtures.
 //! - `wasm`: component plugins on wasmtime.
 //! - `server`: `ctxhost serve`, its routes and hot reload.
@@ -28,6 +29,7 @@ mod attacks;
 mod catalog;
 mod cli;
 mod env;
+mod errors;
 mod faust_shim;
 mod faustbot;
 mod launchers;

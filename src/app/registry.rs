@@ -1,6 +1,7 @@
 //! The operator's records about installed plugins: what is in the plugins
 //! dir ([`installed`], [`plugin_dir`]), which plugins are turned on
-//! ([`is_enabled`], over `host::state`), and the errors of managing them
+//! ([`is_enabled`], from the operator's record in `host::state`), a plugin's
+//! name → directory with a did-you-mean, and the errors of managing them
 //! ([`RegistryError`]). What each plugin *is* — loaded, its status — is the
 //! catalog's (`app::catalog`).
 //!

@@ -9,7 +9,7 @@ pub mod wasm;
 
 use serde_json::Value;
 
-pub use error::HookError;
+pub use error::{ErrorKind, HookError};
 
 use crate::protocol::HookRequest;
 

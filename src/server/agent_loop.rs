@@ -23,13 +23,17 @@ fn blocked(b: &Blocked) -> JsonReply {
     JsonReply::with_status(StatusCode::FORBIDDEN, json!({"blocked": b.reason, "plugin": b.plugin}))
 }
 
+/// A plugin call that failed answers with the status of its kind
+/// ([`body::hook_failure_status`]).
 fn agent_error(e: AgentError) -> JsonReply {
-    let status = match e {
+    let status = match &e {
+        AgentError::Failed { plugin, hook, error } => {
+            return JsonReply::hook_failure(error.kind(), e.to_string(), plugin, hook.as_str());
+        }
         AgentError::UnknownTool { .. } | AgentError::UnknownPlugin { .. } | AgentError::NoHook { .. } => {
             StatusCode::NOT_FOUND
         }
         AgentError::NotAnObject { .. } => StatusCode::BAD_REQUEST,
-        _ => StatusCode::BAD_GATEWAY,
     };
     JsonReply::error(status, e.to_string())
 }
@@ -331,7 +335,19 @@ pub(crate) async fn communicate(State(state): State<Arc<AppState>>, Path(id): Pa
         Err(AgentError::NotAnObject { .. }) => {
             JsonReply::detail(StatusCode::BAD_REQUEST, format!("Plugin communicate result must be dict: {id}"))
         }
-        Err(e) => JsonReply::detail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        // FaustBot's 500 for a plugin that failed, whatever the kind (the
+        // route's shape, like test-hook's 400); the body says the kind.
+        Err(e) => {
+            let kind = match &e {
+                AgentError::Failed { error, .. } => Some(error.kind()),
+                _ => None,
+            };
+            let mut reply = JsonReply::detail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+            if let Some(kind) = kind {
+                reply.body["kind"] = json!(kind.as_str());
+            }
+            reply
+        }
     }
 }
 

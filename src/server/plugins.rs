@@ -119,7 +119,10 @@ pub(crate) async fn engine_metrics(State(state): State<Arc<AppState>>) -> axum::
 /// `POST /api/plugins/{name}/test-hook` `{"hook","input"}`: runs exactly
 /// that plugin's hook (no policies, no fallback), like `ctxhost hook`. A
 /// plugin in the stack answers with its live version; any other is loaded
-/// from the plugins dir for the call.
+/// from the plugins dir for the call. A failed call is LibreFang's 400
+/// whatever its kind (the one route that does not use
+/// [`body::hook_failure_status`]: its status is the spec's); the body says
+/// the kind.
 pub(crate) async fn test_hook(State(state): State<Arc<AppState>>, Path(name): Path<String>, bytes: Bytes) -> JsonReply {
     let dir = match reload::plugin_dir(&state, &name) {
         Ok(dir) => dir,
@@ -182,6 +185,11 @@ pub(crate) async fn test_hook(State(state): State<Arc<AppState>>, Path(name): Pa
         Ok(output) => JsonReply::ok(
             json!({"hook": hook.as_str(), "plugin": name, "success": true, "elapsed_ms": elapsed_ms, "output": output}),
         ),
-        Err(e) => failed(e.to_string(), elapsed_ms),
+        // LibreFang's 400 (spec section 9), with the failure's kind.
+        Err(e) => {
+            let mut reply = failed(e.to_string(), elapsed_ms);
+            reply.body["kind"] = json!(e.kind().as_str());
+            reply
+        }
     }
 }

@@ -389,7 +389,8 @@ fn an_error_answer_fails_the_call_and_keeps_the_worker() {
     let before = token_of(&loaded.call(&rt, HookName::ToolCallPre, tool_call(json!({}))).unwrap());
     let worker = pid_with_token(&before);
     let err = loaded.call(&rt, HookName::ToolCallPre, tool_call(json!({"do": "boom"}))).unwrap_err();
-    assert!(matches!(err, HookError::Worker(_)), "{err:?}");
+    assert!(matches!(err, HookError::Failed(_)), "{err:?}");
+    assert_eq!(err.kind(), ctxhost::runner::ErrorKind::Failed, "the plugin's own error answer");
     let text = err.to_string();
     assert!(
         text.contains("ValueError: boom requested") && text.contains("hook/tool_call_pre") && text.contains("-32000"),

@@ -9,84 +9,36 @@
 //! plugin call is isolated — an error, a timeout or a reply that is not a
 //! decision is logged, counted in [`Metrics`] and treated as a pass.
 //!
-//! The background work (trigger watcher, schedules, heartbeats) lives in
-//! [`super::timers`]; this module never sleeps.
+//! This file holds the engine, its plugin list and the chain/observe rules;
+//! the rest by job: `plugin` (who takes part, chain order), `register`
+//! (run-time registration, FaustBot's permission policy), `hooks` (the
+//! typed entry points), `tools`, `triggers`, `host_calls` (what the
+//! services ask of the engine). The background work (trigger watcher,
+//! schedules, heartbeats) lives in [`super::timers`]; this module never
+//! sleeps, and it never loads or discovers a plugin (`app` hands them in).
 
-use std::borrow::Borrow;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 
-use super::decision::{self, Form, Outcome, PrioritySource};
-use crate::host::config::Change;
-use crate::host::services::{HostCalls, PluginServices, ServiceError, SharedServices};
+mod hooks;
+mod host_calls;
+mod plugin;
+mod register;
+mod tools;
+mod triggers;
+
+pub use plugin::AgentPlugin;
+use plugin::{sort_chain, warn_shadowed_tools};
+
+use super::decision::{self, Form, Outcome};
+use crate::host::services::{HostCalls, ServiceError, SharedServices};
 use crate::manifest::{AgentDecl, ToolSpec};
 use crate::metrics::{CallOutcome, Metrics};
-use crate::plugin::LoadedPlugin;
 use crate::protocol::{AgentRequest, HookName, HookRequest};
-use crate::runner::{BoxFuture, CallOptions, Runner};
-
-/// One plugin of the agent loop.
-pub struct AgentPlugin {
-    pub name: String,
-    pub version: String,
-    /// Ascending chain order (ties by name).
-    pub order: i64,
-    pub hooks: BTreeSet<HookName>,
-    pub decl: AgentDecl,
-    pub runner: Arc<dyn Runner>,
-    pub services: Arc<PluginServices>,
-    /// A FaustBot plugin's plugin.json (permissions, priority).
-    pub faust: Option<Arc<crate::faust::PluginJson>>,
-}
-
-impl AgentPlugin {
-    /// Whether a loaded plugin takes part in the agent loop at all (a
-    /// jsonrpc worker does, for its host services, even with context hooks
-    /// only).
-    pub fn takes_part(plugin: &LoadedPlugin) -> bool {
-        let d = &plugin.agent;
-        plugin.hooks.iter().any(|h| h.is_agent())
-            || plugin.settings.worker_protocol == crate::manifest::WorkerProtocol::Jsonrpc
-            || !d.tools.is_empty()
-            || !d.schedules.is_empty()
-            || !d.config.is_empty()
-            || d.prompt_suffix.is_some()
-            || !d.frontend.js.is_empty()
-            || !d.frontend.css.is_empty()
-    }
-
-    /// `plugin` with its services opened on `shared` and attached.
-    ///
-    /// # Errors
-    /// Its service files cannot be made or read.
-    /// The runner is shared with whoever else holds `plugin` (a reload puts
-    /// one load into both the context stack and the agent loop).
-    pub fn new(
-        plugin: &LoadedPlugin,
-        shared: &Arc<SharedServices>,
-        home: &crate::home::Home,
-    ) -> Result<AgentPlugin, ServiceError> {
-        let services = crate::plugin::attach_services(plugin, shared, home)?;
-        // plugin.json orders smaller first, plugin.toml larger first.
-        let source = match &plugin.faust {
-            Some(pj) => PrioritySource::Json(Some(pj.priority)),
-            None => PrioritySource::Toml(plugin.agent.priority),
-        };
-        Ok(AgentPlugin {
-            faust: plugin.faust.clone(),
-            order: decision::order_key(source),
-            name: plugin.name.clone(),
-            version: plugin.version.clone(),
-            hooks: plugin.hooks.clone(),
-            decl: plugin.agent.clone(),
-            runner: plugin.runner.clone(),
-            services,
-        })
-    }
-}
+use crate::runner::{CallOptions, HookError};
 
 /// A chain a plugin stopped.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -115,7 +67,12 @@ pub enum AgentError {
     #[error("plugin '{plugin}' does not handle `{hook}`")]
     NoHook { plugin: String, hook: HookName },
     #[error("plugin '{plugin}' failed at `{hook}`: {error}")]
-    Failed { plugin: String, hook: HookName, error: String },
+    Failed {
+        plugin: String,
+        hook: HookName,
+        #[source]
+        error: HookError,
+    },
     #[error("plugin '{plugin}' answered `{hook}` with {found}, not a JSON object")]
     NotAnObject { plugin: String, hook: HookName, found: &'static str },
 }
@@ -197,106 +154,6 @@ impl AgentEngine {
         engine
     }
 
-    /// Records that plugin `name` could not start, with its error (what
-    /// [`AgentEngine::failed`] reports).
-    pub fn set_failed(&self, name: &str, error: String) {
-        self.failed.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), error);
-    }
-
-    /// Records whether plugin `name` declares its dependencies (for the hint
-    /// when its imports fail).
-    pub fn set_deps_declared(&self, name: &str, declared: bool) {
-        self.deps_declared.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), declared);
-    }
-
-    /// Starts the plugins that register at run time (the `register` hook:
-    /// FaustBot plugins load, start and say what they register). One that
-    /// fails is taken out of the loop and its error kept ([`failed`]);
-    /// the others go on. Returns a warning per failure and refusal.
-    ///
-    /// [`failed`]: AgentEngine::failed
-    pub async fn start(&self) -> Vec<String> {
-        let mut warnings = Vec::new();
-        for p in self.plugins().iter().filter(|p| p.hooks.contains(&HookName::Register)) {
-            match self.register(p).await {
-                Ok(registered) => {
-                    warnings.extend(refusal_warnings(&registered));
-                    self.swap(&p.name, Some(registered));
-                }
-                Err(e) => {
-                    warnings.push(format!("plugin '{}' failed to start and is left out: {e}", p.name));
-                    self.swap(&p.name, None);
-                    p.runner.shutdown().await;
-                    self.failed.lock().unwrap_or_else(|p| p.into_inner()).insert(p.name.clone(), e);
-                }
-            }
-        }
-        warnings
-    }
-
-    /// Plugins that failed to start, with their error.
-    pub fn failed(&self) -> std::collections::BTreeMap<String, String> {
-        self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// Asks `plugin` to start and register (`register` hook): the plugin as
-    /// registered — the hooks it implements, its tools (only those its
-    /// `permissions` allow, for a FaustBot plugin), schedules, frontend,
-    /// prompt suffix; what was refused is in `decl.refused`.
-    ///
-    /// # Errors
-    /// The call failed (an import error gets a hint about declaring
-    /// dependencies), or the reply is not a registration.
-    pub async fn register(&self, plugin: &AgentPlugin) -> Result<AgentPlugin, String> {
-        let reply = self.call(plugin, HookName::Register, Map::new()).await.map_err(|e| {
-            let declared = self.deps_declared.lock().unwrap_or_else(|p| p.into_inner()).get(&plugin.name).copied();
-            if (e.contains("ModuleNotFoundError") || e.contains("ImportError")) && declared == Some(false) {
-                format!(
-                    "{e}; its imports failed and its dependencies could not be read without running it: \
-                     list them in a requirements.txt beside plugin.json"
-                )
-            } else {
-                e
-            }
-        })?;
-        let mut decl = AgentDecl::from_json(&reply).map_err(|e| format!("its registration: {e}"))?;
-        let mut hooks: BTreeSet<HookName> = reply
-            .get("hooks")
-            .and_then(Value::as_array)
-            .map(|names| names.iter().filter_map(|n| n.as_str()?.parse().ok()).collect())
-            .unwrap_or_default();
-        // A FaustBot plugin's runner serves every agent hook (the shim maps
-        // them); others only what they declared.
-        hooks.retain(|h| h.is_agent() && (plugin.faust.is_some() || plugin.hooks.contains(h)));
-        if let Some(pj) = &plugin.faust {
-            let (allowed, refused): (Vec<ToolSpec>, Vec<ToolSpec>) =
-                decl.tools.into_iter().partition(|t| pj.permits("tool", &t.name));
-            decl.tools = allowed;
-            for t in refused {
-                decl.refused.push(json!({"kind": "tool", "name": t.name, "reason": format!(
-                    "plugin.json `permissions` does not list \"tool:{}\"", t.name)}));
-            }
-            let middlewares = reply.get("middlewares").and_then(Value::as_array).cloned().unwrap_or_default();
-            for m in middlewares.iter().filter_map(Value::as_str).filter(|m| !pj.permits("middleware", m)) {
-                decl.refused.push(json!({"kind": "middleware", "name": m, "reason": format!(
-                    "plugin.json `permissions` does not list \"middleware:{m}\"")}));
-            }
-        }
-        if decl.priority.is_none() {
-            decl.priority = plugin.decl.priority;
-        }
-        Ok(AgentPlugin {
-            name: plugin.name.clone(),
-            version: plugin.version.clone(),
-            order: plugin.order,
-            hooks,
-            decl,
-            runner: plugin.runner.clone(),
-            services: plugin.services.clone(),
-            faust: plugin.faust.clone(),
-        })
-    }
-
     /// Puts `plugin` in place of plugin `name` (or takes it out), keeping the
     /// chain order; nothing is stopped.
     fn swap(&self, name: &str, plugin: Option<AgentPlugin>) {
@@ -362,8 +219,9 @@ impl AgentEngine {
         }
     }
 
-    /// One plugin call, timed and counted; a failure is `Err(text)`.
-    async fn call(&self, plugin: &AgentPlugin, hook: HookName, fields: Map<String, Value>) -> Result<Value, String> {
+    /// One plugin call, timed and counted; a failure is the runner's error
+    /// (a reply that is not a decision, with `form`, a `BadReply`).
+    async fn call(&self, plugin: &AgentPlugin, hook: HookName, fields: Map<String, Value>) -> Result<Value, HookError> {
         self.call_checked(plugin, hook, fields, None).await
     }
 
@@ -375,7 +233,7 @@ impl AgentEngine {
         hook: HookName,
         fields: Map<String, Value>,
         form: Option<Form>,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, HookError> {
         let request = HookRequest::Agent(AgentRequest::new(hook, fields));
         let started = Instant::now();
         // The plugins this task is inside of: a service call made during this
@@ -385,11 +243,11 @@ impl AgentEngine {
         stack.push(plugin.name.clone());
         let options = CallOptions::default();
         let call = plugin.runner.call(&request, &options);
-        let reply = IN_CALL.scope(stack, call).await.map_err(|e| e.to_string());
+        let reply = IN_CALL.scope(stack, call).await;
         let reply = match (reply, form) {
             (Ok(v), Some(form)) => match decision::Decision::from_reply(&v, form) {
                 Ok(_) => Ok(v),
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(HookError::BadReply(e.to_string())),
             },
             (other, _) => other,
         };
@@ -437,7 +295,7 @@ impl AgentEngine {
             request.insert(key.to_owned(), value.clone());
             async move {
                 match plugin {
-                    Some(p) => self.call_checked(&p, hook, request, Some(form(hook))).await,
+                    Some(p) => self.call_checked(&p, hook, request, Some(form(hook))).await.map_err(|e| e.to_string()),
                     None => Err("gone".into()),
                 }
             }
@@ -460,209 +318,6 @@ impl AgentEngine {
         for p in self.members(hook, None) {
             let _ = self.call(&p, hook, fields.clone()).await;
         }
-    }
-
-    /// `message_received`: the text to go on with, or the block (message
-    /// dropped).
-    pub async fn message_received(
-        &self,
-        agent_id: &str,
-        text: &str,
-        origin: &str,
-        history: Value,
-    ) -> Result<String, Blocked> {
-        let fields = obj(json!({"agent_id": agent_id, "text": text, "origin": origin, "history": history}));
-        let out = self.chain(HookName::MessageReceived, fields).await?;
-        Ok(match out.get("text") {
-            Some(Value::String(s)) => s.clone(),
-            Some(other) => other.to_string(),
-            None => String::new(),
-        })
-    }
-
-    /// `llm_request_pre`: the messages to send.
-    pub async fn llm_request_pre(&self, agent_id: &str, messages: Value) -> Value {
-        let fields = obj(json!({"agent_id": agent_id, "messages": messages.clone()}));
-        match self.chain(HookName::LlmRequestPre, fields).await {
-            Ok(mut f) => f.remove("messages").unwrap_or(messages),
-            // A block is not a rule of this hook: the request goes out as it was.
-            Err(_) => messages,
-        }
-    }
-
-    /// `tool_call_pre`: the (possibly rewritten) args, or the denial.
-    pub async fn tool_call_pre(&self, agent_id: &str, name: &str, args: Value) -> Result<Value, Blocked> {
-        let fields = obj(json!({"agent_id": agent_id, "name": name, "args": args}));
-        let mut out = self.chain(HookName::ToolCallPre, fields).await?;
-        Ok(out.remove("args").unwrap_or(Value::Null))
-    }
-
-    /// `tool_call_post`: the result the model sees.
-    pub async fn tool_call_post(
-        &self,
-        agent_id: &str,
-        name: &str,
-        args: &Value,
-        result: Value,
-        is_error: bool,
-    ) -> Value {
-        let fields = obj(
-            json!({"agent_id": agent_id, "name": name, "args": args, "result": result.clone(), "is_error": is_error}),
-        );
-        match self.chain(HookName::ToolCallPost, fields).await {
-            Ok(mut f) => f.remove("result").unwrap_or(result),
-            Err(_) => result,
-        }
-    }
-
-    /// Every registered tool: `(plugin, spec)`, in plugin order. A name two
-    /// plugins register belongs to the first in chain order (the other one
-    /// is warned about when it joins).
-    pub fn tools(&self) -> Vec<(String, ToolSpec)> {
-        let mut seen = BTreeSet::new();
-        self.plugins
-            .load()
-            .iter()
-            .flat_map(|p| p.decl.tools.iter().map(|t| (p.name.clone(), t.clone())))
-            .filter(|(_, t)| seen.insert(t.name.clone()))
-            .collect()
-    }
-
-    /// Calls registered tool `name`: `tool_call_pre` (which may deny it or
-    /// rewrite the args), the owner's `call_tool`, then `tool_call_post`.
-    ///
-    /// # Errors
-    /// No such tool, or its plugin has no `call_tool` hook.
-    pub async fn call_tool(&self, agent_id: &str, name: &str, args: Value) -> Result<ToolOutcome, AgentError> {
-        let owner = self.plugins.load().iter().find(|p| p.decl.tools.iter().any(|t| t.name == name)).cloned();
-        let Some(owner) = owner else {
-            let tools = self.tools();
-            return Err(AgentError::UnknownTool {
-                name: name.to_owned(),
-                hint: crate::hint::did_you_mean(name, tools.iter().map(|(_, t)| t.name.as_str())),
-            });
-        };
-        if !owner.hooks.contains(&HookName::CallTool) {
-            return Err(AgentError::NoHook { plugin: owner.name.clone(), hook: HookName::CallTool });
-        }
-        let args = match self.tool_call_pre(agent_id, name, args).await {
-            Ok(args) => args,
-            Err(blocked) => return Ok(ToolOutcome::Blocked(blocked)),
-        };
-        let fields = obj(json!({"agent_id": agent_id, "name": name, "args": args.clone()}));
-        let (result, is_error) = match self.call(&owner, HookName::CallTool, fields).await {
-            Ok(Value::Object(reply)) => match (reply.get("error"), reply.get("result")) {
-                (Some(Value::String(e)), _) => (Value::String(e.clone()), true),
-                (Some(e), _) if !e.is_null() => (Value::String(e.to_string()), true),
-                (_, Some(r)) => (r.clone(), false),
-                _ => (Value::Null, false),
-            },
-            Ok(other) => (other, false),
-            Err(e) => (Value::String(format!("tool `{name}` failed: {e}")), true),
-        };
-        let result = self.tool_call_post(agent_id, name, &args, result, is_error).await;
-        Ok(ToolOutcome::Result { result, is_error })
-    }
-
-    /// `agent_event_sent`: the event to send, or `None` when suppressed.
-    pub async fn agent_event_sent(&self, event: Value) -> Option<Value> {
-        let out = self.chain(HookName::AgentEventSent, obj(json!({"event": event}))).await.ok()?;
-        out.get("event").cloned()
-    }
-
-    /// `memory_read_pre`: the query to run.
-    pub async fn memory_read_pre(&self, query: Value, filters: Value) -> Value {
-        let fields = obj(json!({"query": query.clone(), "filters": filters}));
-        self.chain(HookName::MemoryReadPre, fields).await.ok().and_then(|mut f| f.remove("query")).unwrap_or(query)
-    }
-
-    /// `memory_read_post`: the results to return.
-    pub async fn memory_read_post(&self, query: Value, results: Value) -> Value {
-        let fields = obj(json!({"query": query, "results": results.clone()}));
-        self.chain(HookName::MemoryReadPost, fields).await.ok().and_then(|mut f| f.remove("results")).unwrap_or(results)
-    }
-
-    /// `memory_write_pre`: the content to write, or the refusal.
-    pub async fn memory_write_pre(&self, content: Value, metadata: Value) -> Result<Value, Blocked> {
-        let fields = obj(json!({"content": content, "metadata": metadata}));
-        let mut out = self.chain(HookName::MemoryWritePre, fields).await?;
-        Ok(out.remove("content").unwrap_or(Value::Null))
-    }
-
-    /// `memory_write_post`: every plugin observes the stored write.
-    pub async fn memory_write_post(&self, content: Value, metadata: Value, id: Value) {
-        self.observe(HookName::MemoryWritePost, obj(json!({"content": content, "metadata": metadata, "id": id}))).await;
-    }
-
-    /// Creates (upserts) a trigger for the embedder: `trigger_append` first.
-    ///
-    /// # Errors
-    /// A plugin blocked it (`Ok(Err)`), or the store refused it.
-    pub async fn create_trigger(&self, trigger: Map<String, Value>) -> Result<Result<String, Blocked>, ServiceError> {
-        let out = match self.chain(HookName::TriggerAppend, obj(json!({"trigger": trigger}))).await {
-            Ok(out) => out,
-            Err(b) => return Ok(Err(b)),
-        };
-        let trigger = match out.get("trigger") {
-            Some(Value::Object(t)) => t.clone(),
-            _ => {
-                return Err(ServiceError {
-                    code: crate::host::services::code::SERVICE,
-                    message: "trigger_append replaced the trigger with a non-object".into(),
-                });
-            }
-        };
-        self.shared
-            .triggers()
-            .create(trigger, crate::host::services::now_secs())
-            .map(Ok)
-            .map_err(|e| ServiceError { code: crate::host::services::code::SERVICE, message: e.to_string() })
-    }
-
-    /// Runs `trigger_fire` over a due trigger; delivered ones are kept for
-    /// [`AgentEngine::fired`] and sent to subscribers.
-    pub async fn fire(&self, trigger: Map<String, Value>) -> Option<Value> {
-        let out = match self.chain(HookName::TriggerFire, obj(json!({"trigger": trigger}))).await {
-            Ok(out) => out,
-            Err(b) => {
-                tracing::info!(plugin = %b.plugin, "trigger firing cancelled: {}", b.reason);
-                return None;
-            }
-        };
-        let trigger = out.get("trigger").cloned().unwrap_or(Value::Null);
-        {
-            let mut fired = self.fired.lock().unwrap_or_else(|p| p.into_inner());
-            if fired.len() == FIRED_KEPT {
-                fired.pop_front();
-            }
-            fired.push_back(trigger.clone());
-        }
-        let _ = self.fired_tx.send(trigger.clone());
-        Some(trigger)
-    }
-
-    /// Fires the event triggers listening for `name`, with `payload` added
-    /// as `event_payload`; returns the delivered ones.
-    pub async fn fire_event(&self, name: &str, payload: Value) -> Vec<Value> {
-        let listening: Vec<Map<String, Value>> = self.shared.triggers().event(name).into_iter().cloned().collect();
-        let mut delivered = Vec::new();
-        for mut t in listening {
-            t.insert("event_payload".into(), payload.clone());
-            if let Some(v) = self.fire(t).await {
-                delivered.push(v);
-            }
-        }
-        delivered
-    }
-
-    /// The triggers delivered so far (the last 256), oldest first.
-    pub fn fired(&self) -> Vec<Value> {
-        self.fired.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect()
-    }
-
-    /// Delivered triggers from now on.
-    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Value> {
-        self.fired_tx.subscribe()
     }
 
     /// `communicate`: `payload` to plugin `name`; its reply object.
@@ -701,7 +356,7 @@ impl AgentEngine {
                     Ok(Value::Null) => json!({"status": "ok"}),
                     Ok(Value::Object(m)) if m.is_empty() => json!({"status": "ok"}),
                     Ok(other) => json!({"status": "ok", "reply": other}),
-                    Err(e) => json!({"status": "error", "error": e}),
+                    Err(e) => json!({"status": "error", "error": e.to_string(), "kind": e.kind().as_str()}),
                 }
             } else {
                 json!({"status": "ok"})
@@ -717,7 +372,7 @@ impl AgentEngine {
         plugin: &AgentPlugin,
         hook: HookName,
         fields: Map<String, Value>,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, HookError> {
         self.call(plugin, hook, fields).await
     }
 
@@ -757,46 +412,6 @@ fn in_call() -> Vec<String> {
     IN_CALL.try_with(Clone::clone).unwrap_or_default()
 }
 
-/// Sorts plugins into chain order: ascending order key, ties by name.
-fn sort_chain<P: Borrow<AgentPlugin>>(plugins: &mut [P]) {
-    plugins.sort_by(|a, b| {
-        let (a, b) = (a.borrow(), b.borrow());
-        a.order.cmp(&b.order).then_with(|| a.name.cmp(&b.name))
-    });
-}
-
-/// Warns about each tool name a later plugin (in chain order) registers
-/// again: calls go to the first.
-fn warn_shadowed_tools<P: Borrow<AgentPlugin>>(plugins: &[P]) {
-    let mut owners: std::collections::BTreeMap<&str, &str> = Default::default();
-    for p in plugins.iter().map(Borrow::borrow) {
-        for t in &p.decl.tools {
-            if let Some(first) = owners.get(t.name.as_str()) {
-                tracing::warn!(
-                    "plugin '{}' registers tool `{}`, which plugin '{first}' (earlier in the chain) has; calls go to '{first}'",
-                    p.name,
-                    t.name
-                );
-            } else {
-                owners.insert(&t.name, &p.name);
-            }
-        }
-    }
-}
-
-/// A warning per registration `plugin` had refused.
-fn refusal_warnings(plugin: &AgentPlugin) -> Vec<String> {
-    plugin
-        .decl
-        .refused
-        .iter()
-        .map(|r| {
-            let field = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("?").to_owned();
-            format!("plugin '{}': {} `{}` refused: {}", plugin.name, field("kind"), field("name"), field("reason"))
-        })
-        .collect()
-}
-
 fn obj(v: Value) -> Map<String, Value> {
     match v {
         Value::Object(m) => m,
@@ -804,74 +419,12 @@ fn obj(v: Value) -> Map<String, Value> {
     }
 }
 
-impl HostCalls for AgentEngine {
-    fn config_changed(&self, plugin: &str, change: Change) {
-        let Some(p) = self.plugin(plugin) else { return };
-        if !p.hooks.contains(&HookName::ConfigChanged) {
-            return;
-        }
-        let fields = obj(json!({"key": change.key, "old": change.old, "new": change.new}));
-        // In the background (the plugin that set the value may be busy in the
-        // very call that set it), through one queue per plugin so the calls
-        // arrive one at a time, in the order of the sets.
-        let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
-        let mut queues = self.config_queues.lock().unwrap_or_else(|p| p.into_inner());
-        let queue = queues.entry(plugin.to_owned()).or_insert_with(|| {
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Map<String, Value>>();
-            let (name, me) = (plugin.to_owned(), self.me.clone());
-            handle.spawn(async move {
-                while let Some(fields) = rx.recv().await {
-                    // The plugin as it is now (a reload may have replaced it);
-                    // the call is timed, counted and its failure logged as
-                    // every plugin call is.
-                    let Some(engine) = me.upgrade() else { return };
-                    let Some(p) = engine.plugin(&name) else { continue };
-                    let _ = engine.call(&p, HookName::ConfigChanged, fields).await;
-                }
-            });
-            tx
-        });
-        let _ = queue.send(fields);
-    }
-
-    fn trigger_append(&self, from: Option<&str>, trigger: Map<String, Value>) -> BoxFuture<'_, Result<Value, String>> {
-        let from = from.map(str::to_owned);
-        Box::pin(async move {
-            match self.chain_except(HookName::TriggerAppend, obj(json!({"trigger": trigger})), from.as_deref()).await {
-                Ok(mut out) => Ok(out.remove("trigger").unwrap_or(Value::Null)),
-                Err(b) => Err(format!("plugin '{}' blocked it: {}", b.plugin, b.reason)),
-            }
-        })
-    }
-
-    fn read_symbolic(&self, owner: &str, path: &str) -> BoxFuture<'_, Result<String, String>> {
-        let (owner, path) = (owner.to_owned(), path.to_owned());
-        Box::pin(async move {
-            let plugin = self.plugin(&owner).ok_or_else(|| format!("the owner '{owner}' of {path} is not loaded"))?;
-            if in_call().contains(&owner) {
-                return Err(format!(
-                    "plugin '{owner}' owns {path} but is busy in the call this read is part of (a cycle)"
-                ));
-            }
-            if !plugin.hooks.contains(&HookName::ReadSymbolic) {
-                return Err(format!("plugin '{owner}' owns {path} but has no read_symbolic hook"));
-            }
-            match self.call(&plugin, HookName::ReadSymbolic, obj(json!({"path": path}))).await? {
-                Value::String(s) => Ok(s),
-                Value::Object(m) => match m.get("content") {
-                    Some(Value::String(s)) => Ok(s.clone()),
-                    _ => Err(format!("plugin '{owner}' answered read_symbolic without a `content` string")),
-                },
-                other => Ok(other.to_string()),
-            }
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::decision::PrioritySource;
     use super::*;
-    use crate::runner::HookError;
+    use crate::host::services::PluginServices;
+    use crate::runner::{BoxFuture, Runner};
 
     type Answer = dyn Fn(&Map<String, Value>) -> Result<Value, String> + Send + Sync;
 
