@@ -278,7 +278,7 @@ fn test_hook_runs_one_plugin_hook_and_reports() {
     write(&site.plugin_dir("broken").join("i.sh"), "echo 'no luck' >&2\nexit 2\n");
     let d = site.start(&[]);
 
-    // Not in any stack: loaded from the plugins dir for the call.
+    // Not in any stack: the daemon's own load of it answers.
     let r = d.post(
         "/api/plugins/alpha/test-hook",
         &json!({"hook": "ingest", "input": {"agent_id": "a1", "message": "hi"}}).to_string(),

@@ -118,8 +118,9 @@ pub(crate) async fn engine_metrics(State(state): State<Arc<AppState>>) -> axum::
 
 /// `POST /api/plugins/{name}/test-hook` `{"hook","input"}`: runs exactly
 /// that plugin's hook (no policies, no fallback), like `ctxhost hook`. A
-/// plugin in the stack answers with its live version; any other is loaded
-/// from the plugins dir for the call. A failed call is LibreFang's 400
+/// plugin the daemon loaded answers with its live version (the load the
+/// stack and the agent loop share); any other is loaded from the plugins
+/// dir for the call. A failed call is LibreFang's 400
 /// whatever its kind (the one route that does not use
 /// [`body::hook_failure_status`]: its status is the spec's); the body says
 /// the kind.
@@ -160,8 +161,11 @@ pub(crate) async fn test_hook(State(state): State<Arc<AppState>>, Path(name): Pa
         Ok(r) => r,
         Err(e) => return failed(e.to_string(), 0.0),
     };
-    let runner: Arc<dyn Runner> = match state.engine.layer(&name) {
-        Some(layer) => layer.runner().clone(),
+    // The daemon's one load when it has one (the runner the stack and the
+    // agent loop share: no second worker pool).
+    let live = state.catalog.entry(&name).and_then(|e| e.plugin).map(|p| p.runner.clone());
+    let runner: Arc<dyn Runner> = match state.engine.layer(&name).map(|l| l.runner().clone()).or(live) {
+        Some(runner) => runner,
         None => {
             let loader = state.clone();
             let loaded = tokio::task::spawn_blocking(move || crate::plugin::load_plugin(&dir, &loader.load_context()))
