@@ -249,3 +249,26 @@ fn a_misspelt_hook_key_is_an_error_and_other_unknown_keys_warn() {
         ]
     );
 }
+
+/// Doctor's import of a FaustBot module runs in the plugin's sandbox: a
+/// module that writes outside its own directories at import time is refused
+/// (and so does not import), and nothing is written.
+#[test]
+fn the_import_check_runs_confined() {
+    require_program("python3", "python3");
+    let site = Site::new();
+    let marker = site.home().join("written-by-an-import");
+    faust(
+        &site,
+        "writer",
+        &format!("open({:?}, 'w').write('x')\n\nclass Plugin:\n    pass\n", marker.display().to_string()),
+    );
+    let out = crate::util::ctxhost().arg("--home").arg(site.home()).args(["doctor", "--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (state, error) = states(&report["plugins"])["writer"].clone();
+    assert_eq!(state, "error");
+    let error = error.unwrap();
+    assert!(error.contains("does not import") && error.contains("PermissionError"), "{error}");
+    assert!(!marker.exists(), "the import wrote outside the plugin's directories");
+}
