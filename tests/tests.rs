@@ -6,6 +6,7 @@
 //! - `limits`: timeouts, output caps, process-group cleanup.
 //! - `env`: what a hook's environment holds, and what it must not.
 //! - `launchers`: launcher lookup, shims, custom and native launchers.
+//! - `catalog`: one status per plugin: doctor, plugin list and the daemon's routes agree; each plugin loaded once.
 //! - `cli`: `ctxhost hook` and `ctxhost doctor` as a user runs them.
 //! - `errors`: each kind of hook failure from a real plugin, with its HTTP status.
 //! - `stack`: the engine over a stack of plugins, with LibreFang-style fixtures.
@@ -25,6 +26,7 @@ mod util;
 
 mod agent;
 mod attacks;
+mod catalog;
 mod cli;
 mod env;
 mod errors;

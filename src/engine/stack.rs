@@ -189,15 +189,16 @@ impl StackEngine {
     /// from now on use the new one. The new layer first gets the bootstrap of
     /// the start, so its `env_overrides` apply before it answers anything.
     /// Returns `false` (and changes nothing) when the stack has no such plugin.
-    pub async fn replace_layer(&self, plugin: crate::plugin::LoadedPlugin) -> bool {
+    /// The runner is shared with whoever else holds `plugin` (the agent loop).
+    pub async fn replace_layer(&self, plugin: &crate::plugin::LoadedPlugin) -> bool {
         let Some(slot) = self.layers.iter().find(|l| l.name == plugin.name) else {
             return false;
         };
         let layer = Arc::new(Layer::new(
             plugin.name.clone(),
-            plugin.runner,
-            plugin.settings,
-            plugin.hooks,
+            plugin.runner.clone(),
+            plugin.settings.clone(),
+            plugin.hooks.clone(),
             self.limiter.clone(),
             self.metrics.clone(),
         ));

@@ -291,13 +291,18 @@ pub(crate) async fn plugins(State(state): State<Arc<AppState>>) -> JsonReply {
                 "frontend": d.frontend,
                 "refused": d.refused,
                 "permissions": p.faust.as_ref().map(|f| f.permissions.clone()),
+                "state": crate::app::catalog::State::Loaded,
             })
         })
         .collect();
-    let failed: Vec<Value> =
-        state.agent.failed().into_iter().map(|(name, error)| json!({"name": name, "error": error})).collect();
+    // The catalog's errors of plugins that asked for the agent loop (a
+    // failed start, dependencies, a load error), as every surface shows them.
+    let failed = state.catalog.entries();
+    let failed = failed.values().filter(|e| e.agent_candidate && e.status.state == crate::app::catalog::State::Error);
     let mut list = list;
-    list.extend(failed);
+    list.extend(failed.map(
+        |e| json!({"name": e.status.name, "state": e.status.state, "kind": e.status.kind, "error": e.status.error}),
+    ));
     JsonReply::ok(Value::Array(list))
 }
 
