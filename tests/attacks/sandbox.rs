@@ -394,3 +394,268 @@ fn descriptors_inherited_by_the_daemon_do_not_reach_hooks() {
     assert_eq!(contents(&reply), ["no-fd7", "no-proc-fd7"]);
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "clean\n");
 }
+
+// ---- nothing of a hook outlives the ctxhost that started it ------------------
+
+/// What a SIGKILLed ctxhost must not leave running: the processes carrying
+/// `marker` (the hook's sleeps) and those with `root` — the test's temporary
+/// directory — in their argv (the hook's own script, a keeper: a copy of
+/// ctxhost that kept its `--home`). Whatever is left is killed when dropped.
+struct Leftovers {
+    marker: crate::util::procs::Marker,
+    root: String,
+}
+
+impl Leftovers {
+    fn new(root: &Path) -> Leftovers {
+        Leftovers { marker: crate::util::procs::Marker::new(), root: root.to_str().unwrap().to_owned() }
+    }
+
+    /// A hook body: a grandchild that leaves the hook's session and sleeps,
+    /// then a sleep of the hook's own (both marked).
+    fn sleeper(&self) -> String {
+        format!("setsid {} </dev/null >/dev/null 2>&1 &\n{}\n", self.marker.sleep(61), self.marker.sleep(62))
+    }
+
+    fn pids(&self) -> Vec<i32> {
+        let mut pids = self.marker.pids();
+        pids.extend(crate::util::procs::pids_with_arg(&self.root));
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
+    /// Waits (bounded) until both sleeps run.
+    fn wait_running(&self, what: &str) {
+        assert!(self.marker.running(2, std::time::Duration::from_secs(30)), "{what}: the hook's sleeps never ran");
+    }
+
+    /// Kills `host` (SIGKILL), then asserts that nothing is left within 2 s:
+    /// no marked process, and none of the processes between them and the
+    /// host (a keeper and a pid namespace's init have no argv to find them by).
+    fn kill_host_and_check(&self, host: i32, what: &str) {
+        let mut watched: Vec<i32> = self.pids().into_iter().filter(|&pid| pid != host).collect();
+        for pid in watched.clone() {
+            let mut at = pid;
+            while let Some(parent) = crate::util::procs::parent_of(at).filter(|&p| p > 1 && p != host) {
+                watched.push(parent);
+                at = parent;
+            }
+        }
+        watched.sort_unstable();
+        watched.dedup();
+        // SAFETY: kill(2) on the test's own child process.
+        assert_eq!(unsafe { libc::kill(host, libc::SIGKILL) }, 0);
+        let alive = || -> Vec<i32> {
+            let mut alive: Vec<i32> = watched.iter().copied().filter(|&pid| !crate::util::is_dead(pid)).collect();
+            alive.extend(self.pids());
+            alive.sort_unstable();
+            alive.dedup();
+            alive
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while !alive().is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let left: Vec<String> = alive()
+            .into_iter()
+            .map(|pid| {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                format!("{pid}: {}", String::from_utf8_lossy(&cmdline).replace('\0', " "))
+            })
+            .collect();
+        assert!(left.is_empty(), "{what}: still running 2 s after ctxhost was SIGKILLed:\n{}", left.join("\n"));
+    }
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        for pid in self.pids() {
+            // SAFETY: kill(2) on processes this test's hooks (or daemon) started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Sends an ingest to `daemon` without waiting for the answer (the call
+/// must still run when the daemon is killed).
+fn ingest_in_background(daemon: &Daemon) -> std::net::TcpStream {
+    use std::io::Write;
+    let body = json!({"message": "hi"}).to_string();
+    let mut stream = std::net::TcpStream::connect(&daemon.addr).unwrap();
+    let head = format!(
+        "POST /api/agents/a/ingest HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n",
+        daemon.addr,
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body.as_bytes()).unwrap();
+    stream
+}
+
+/// A `ctxhost serve` home whose context engine is the plugin `t` in `p`.
+fn serve_plugin(p: &TestPlugin) -> Daemon {
+    serve_plugin_with(p, |_| {})
+}
+
+fn serve_plugin_with(p: &TestPlugin, prepare: impl FnOnce(&mut std::process::Command)) -> Daemon {
+    write(&p.home.join("config.toml"), "[context_engine]\nplugin = \"t\"\n");
+    Daemon::start_with(&p.home, &["--plugins-dir", p.dir.parent().unwrap().to_str().unwrap()], &[], prepare)
+}
+
+/// Orphans. A one-shot hook is running — sleeping, with a grandchild that
+/// left its session (`setsid`) — when `ctxhost serve` is SIGKILLed. Nothing
+/// of it may outlive the daemon (an after_turn replayed at the restart
+/// would otherwise run beside its orphan): every process is gone within 2 s.
+#[test]
+fn a_hook_running_when_serve_is_killed_dies_with_it() {
+    let p = TestPlugin::new("t", &[]);
+    let left = Leftovers::new(p.root.path());
+    write(
+        &p.dir.join("plugin.toml"),
+        "name = \"t\"\nversion = \"1\"\n[hooks]\nruntime = \"bash\"\ningest = \"ingest.sh\"\n",
+    );
+    write(&p.dir.join("ingest.sh"), &format!("{}echo '{{\"memories\":[]}}'\n", left.sleeper()));
+    let daemon = serve_plugin(&p);
+    let _call = ingest_in_background(&daemon);
+    left.wait_running("serve, one-shot");
+    left.kill_host_and_check(daemon.pid(), "serve, one-shot");
+}
+
+/// Orphans, the persistent worker: a worker busy with a call (sleeping,
+/// its grandchild in a session of its own) when `ctxhost serve` is
+/// SIGKILLed. The worker and everything it started are gone within 2 s.
+#[test]
+fn a_worker_running_when_serve_is_killed_dies_with_it() {
+    let p = TestPlugin::new("t", &[]);
+    let left = Leftovers::new(p.root.path());
+    write(
+        &p.dir.join("plugin.toml"),
+        "name = \"t\"\nversion = \"1\"\n[hooks]\nruntime = \"bash\"\npersistent_subprocess = true\ningest = \"worker.sh\"\n",
+    );
+    write(
+        &p.dir.join("worker.sh"),
+        &format!("while IFS= read -r line; do\n{}echo '{{\"memories\":[]}}'\ndone\n", left.sleeper()),
+    );
+    let daemon = serve_plugin(&p);
+    let _call = ingest_in_background(&daemon);
+    left.wait_running("serve, worker");
+    left.kill_host_and_check(daemon.pid(), "serve, worker");
+}
+
+/// Orphans, the sidecar: LibreFang SIGKILLs its `ctxhost sidecar` while a
+/// hook runs (sleeping, its grandchild in a session of its own). Nothing of
+/// the hook is left 2 s later.
+#[test]
+fn a_hook_running_when_the_sidecar_is_killed_dies_with_it() {
+    use std::io::Write;
+    let root = tempfile::tempdir().unwrap();
+    let left = Leftovers::new(root.path());
+    let home = root.path().join("ctxhost");
+    let dir = home.join("plugins/t");
+    write(
+        &dir.join("plugin.toml"),
+        "name = \"t\"\nversion = \"1\"\n[hooks]\nruntime = \"bash\"\ningest = \"ingest.sh\"\n",
+    );
+    write(&dir.join("ingest.sh"), &format!("{}echo '{{\"memories\":[]}}'\n", left.sleeper()));
+    write(&home.join("config.toml"), "[context_engine]\nplugin = \"t\"\n");
+    std::fs::create_dir_all(root.path().join("user")).unwrap();
+    let mut sidecar = std::process::Command::new(assert_cmd::cargo::cargo_bin("ctxhost"))
+        .env_remove("RUST_LOG")
+        .env_remove("CTXHOST_HOME")
+        .env_remove("CTXHOST_PLUGINS_DIR")
+        .env("HOME", root.path().join("user"))
+        .arg("sidecar")
+        .arg("--home")
+        .arg(&home)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = sidecar.stdin.take().unwrap();
+    let bootstrap = r#"{"id":1,"method":"bootstrap","params":{"context_window_tokens":200000,"max_recall_results":5,"stable_prefix_mode":false}}"#;
+    let ingest =
+        json!({"id": 2, "method": "ingest", "params": {"agent_id": "a", "peer_id": null, "user_message": "hi"}});
+    writeln!(stdin, "{bootstrap}\n{ingest}").unwrap();
+    stdin.flush().unwrap();
+    left.wait_running("sidecar");
+    left.kill_host_and_check(sidecar.id() as i32, "sidecar");
+    let _ = sidecar.wait();
+}
+
+/// Orphans, on a machine without namespaces (no pid namespace to end with
+/// its init: the daemon runs under a seccomp filter refusing `unshare`,
+/// `setns` and namespace flags to `clone`, as an unprivileged user without
+/// user namespaces would be). A one-shot hook is running, with a grandchild
+/// in a session of its own, when the daemon is SIGKILLed: everything is
+/// gone within 2 s.
+#[test]
+fn a_hook_of_a_daemon_without_namespaces_dies_with_it() {
+    let p = TestPlugin::new("t", &[]);
+    // As root the hook runs as its plugin's uid, with no covers to reach
+    // its files through: the way there must be open.
+    std::fs::set_permissions(p.root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let left = Leftovers::new(p.root.path());
+    write(
+        &p.dir.join("plugin.toml"),
+        "name = \"t\"\nversion = \"1\"\n[hooks]\nruntime = \"bash\"\ningest = \"ingest.sh\"\n",
+    );
+    write(&p.dir.join("ingest.sh"), &format!("{}echo '{{\"memories\":[]}}'\n", left.sleeper()));
+    let filters = no_namespaces_filters();
+    let daemon = serve_plugin_with(&p, move |cmd| {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: only the seccomp syscall on programs compiled in the parent.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                for program in &filters {
+                    let fprog = libc::sock_fprog {
+                        len: program.len() as u16,
+                        filter: program.as_ptr().cast::<libc::sock_filter>().cast_mut(),
+                    };
+                    let fprog: *const libc::sock_fprog = &fprog;
+                    if libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0, fprog) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+    });
+    let _call = ingest_in_background(&daemon);
+    left.wait_running("no namespaces");
+    left.kill_host_and_check(daemon.pid(), "no namespaces");
+    let (_, stderr) = daemon.stop();
+    assert!(stderr.contains("pidns no"), "the daemon ran without pid namespaces: {stderr}");
+}
+
+/// `unshare`, `setns` and `clone` with a namespace flag refused (EPERM);
+/// `clone3` "missing" (ENOSYS: the C library falls back to `clone`).
+fn no_namespaces_filters() -> Vec<seccompiler::BpfProgram> {
+    use seccompiler::{SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule};
+    let arch = seccompiler::TargetArch::try_from(std::env::consts::ARCH).unwrap();
+    let flag = |f: libc::c_int| {
+        let f = f as u64;
+        SeccompRule::new(vec![SeccompCondition::new(0, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(f), f).unwrap()])
+            .unwrap()
+    };
+    let namespaces = [libc::CLONE_NEWUSER, libc::CLONE_NEWPID, libc::CLONE_NEWNET, libc::CLONE_NEWNS];
+    let deny = std::collections::BTreeMap::from([
+        (libc::SYS_unshare, Vec::new()),
+        (libc::SYS_setns, Vec::new()),
+        (libc::SYS_clone, namespaces.into_iter().map(flag).collect()),
+    ]);
+    let clone3 = std::collections::BTreeMap::from([(libc::SYS_clone3, Vec::new())]);
+    [(clone3, libc::ENOSYS), (deny, libc::EPERM)]
+        .into_iter()
+        .map(|(rules, errno)| {
+            let filter =
+                SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(errno as u32), arch).unwrap();
+            seccompiler::BpfProgram::try_from(filter).unwrap()
+        })
+        .collect()
+}

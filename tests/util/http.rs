@@ -38,6 +38,12 @@ impl Daemon {
     /// `ctxhost --home <home> serve --addr 127.0.0.1:0 <args>`, once it
     /// prints its address. `envs` are set on the child.
     pub fn start(home: &Path, args: &[&str], envs: &[(&str, &str)]) -> Daemon {
+        Daemon::start_with(home, args, envs, |_| {})
+    }
+
+    /// As [`Daemon::start`], with `prepare` given the command last (a test
+    /// adding a `pre_exec`, say).
+    pub fn start_with(home: &Path, args: &[&str], envs: &[(&str, &str)], prepare: impl FnOnce(&mut Command)) -> Daemon {
         let bin = assert_cmd::cargo::cargo_bin("ctxhost");
         let mut cmd = Command::new(bin);
         cmd.env_remove("RUST_LOG")
@@ -54,6 +60,7 @@ impl Daemon {
         for (k, v) in envs {
             cmd.env(k, v);
         }
+        prepare(&mut cmd);
         let mut child = cmd.spawn().expect("spawn ctxhost serve");
         let stderr = child.stderr.take().map(|mut e| {
             std::thread::spawn(move || {

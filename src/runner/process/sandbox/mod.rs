@@ -14,7 +14,8 @@
 //!   cgroup can be made, `RLIMIT_DATA` and (in a user namespace) `RLIMIT_NPROC`;
 //! - processes: a pid namespace per process with its own `/proc` — the hook
 //!   sees only its own processes, and whatever it leaves behind dies with
-//!   it ([`pidns`]);
+//!   it ([`pidns`]); nothing of it outlives ctxhost, however ctxhost dies
+//!   ([`tether`]: its init, or without a pid namespace a keeper, watches);
 //! - identity: as root, the plugin's own unprivileged uid ([`identity`]),
 //!   reaching its roots through covers in its mount namespace ([`view`]);
 //!   never a capability;
@@ -38,6 +39,7 @@ pub mod netns;
 pub mod pidns;
 pub mod probe;
 pub mod seccomp;
+pub mod tether;
 pub mod view;
 
 use std::io;
@@ -261,6 +263,7 @@ impl Confinement {
                 proc_rule: 0,
                 seccomp: None,
                 wipe: pidns::Wipe::default(),
+                host: -1,
                 exec: None,
             };
             return Ok((Some(steps), cleanup));
@@ -310,6 +313,7 @@ impl Confinement {
                 proc_rule,
                 seccomp: seccomp::programs().map(|p| (p, plan.seccomp_mode)),
                 wipe: pidns::Wipe::of_this_process(),
+                host: tether::host_pidfd(),
                 exec: None,
             }),
             cleanup,
@@ -342,7 +346,8 @@ fn view_roots(policy: &fs::FsPolicy) -> Vec<view::Root<'_>> {
 /// What the child does between fork and exec, in order: mark every
 /// inherited fd close-on-exec, join the call's cgroups, clone the roots the
 /// hook's uid must reach, enter the namespaces (a pid namespace forks the
-/// hook off a keeper), mount its `/proc` and covers, set the rlimits, drop
+/// hook off a keeper; without one a confined hook is forked off a keeper
+/// too, [`tether`]), mount its `/proc` and covers, set the rlimits, drop
 /// every capability and (as root) become the hook's uid, restrict itself
 /// with Landlock (no-new-privs first), install the seccomp filter. Only
 /// syscalls on what the parent prepared.
@@ -359,8 +364,11 @@ pub struct ChildSteps {
     /// Read rights for a rule on the hook's own `/proc` (0: none).
     proc_rule: u64,
     seccomp: Option<(&'static seccomp::Programs, seccomp::Mode)>,
-    /// What the namespace's init wipes of its copy of the daemon.
+    /// What the namespace's init (or the keeper) wipes of its copy of the daemon.
     wipe: pidns::Wipe,
+    /// ctxhost's pidfd (-1: none), watched by the init or keeper
+    /// ([`tether`]); inherited by the fork, close-on-exec.
+    host: std::os::fd::RawFd,
     /// The hook's own exec, when the init clones it (see `set_exec`).
     exec: Option<pidns::Exec>,
 }
@@ -412,6 +420,7 @@ impl ChildSteps {
                             .iter()
                             .map(|f| f.as_raw_fd())
                             .chain(self.view.iter().flat_map(|v| v.tree_fds()))
+                            .chain([self.host])
                         {
                             if n < keep.len() {
                                 keep[n] = fd;
@@ -431,6 +440,12 @@ impl ChildSteps {
                     }
                     pidns::fork_hook(status_pipe, self)?;
                 }
+            }
+            if self.confined && !split {
+                // No pid namespace to end with ctxhost: a keeper outside
+                // watches (with the exec, never returns here).
+                tether::split(self)?;
+                split = true;
             }
             self.finish(split)
         }
@@ -493,8 +508,9 @@ impl ChildSteps {
 
     /// The hook's own `execve` (program, argv, envp prepared in the parent),
     /// for the start that does not go back through `Command`: the
-    /// namespace's init clones the hook sharing its memory (no copy of the
-    /// daemon's page tables, about 0.2 ms less per call).
+    /// namespace's init (or the keeper, [`tether`]) clones the hook sharing
+    /// its memory (no copy of the daemon's page tables, about 0.2 ms less
+    /// per call).
     pub fn set_exec(
         &mut self,
         program: &Path,
@@ -502,7 +518,7 @@ impl ChildSteps {
         env: &[(std::ffi::OsString, std::ffi::OsString)],
     ) {
         use std::os::unix::ffi::OsStrExt;
-        if !program.is_absolute() || !self.namespaces.as_ref().is_some_and(netns::Namespaces::new_pid) {
+        if !program.is_absolute() || !self.confined {
             return;
         }
         let c = |b: &[u8]| std::ffi::CString::new(b).ok();

@@ -17,7 +17,9 @@
 //! (std's exec-error pipe included, so `spawn` returns as soon as the hook
 //! execs); the keeper leaves with the hook's status — the same exit code,
 //! or the same signal. Killing the keeper's process group kills all three
-//! (they stay in the group).
+//! (they stay in the group). The init also watches ctxhost (its pidfd, see
+//! [`super::tether`]): when ctxhost is gone, however it died, the init
+//! exits and the namespace ends with it.
 //!
 //! Everything here runs between fork and exec: raw syscalls only.
 
@@ -101,27 +103,12 @@ pub unsafe fn split_without_copies(steps: &super::ChildSteps, keep: &[libc::c_in
 /// # Safety
 /// Between fork and exec.
 unsafe fn close_all_but(keep: &[libc::c_int], pipe: [libc::c_int; 2]) {
-    let mut all = [0 as libc::c_int; 72];
-    let mut n = 0;
-    for &fd in keep.iter().chain(&pipe).chain(&[0, 1, 2]) {
-        if fd >= 0 && n < all.len() {
-            all[n] = fd;
-            n += 1;
-        }
+    let mut all = [-1 as libc::c_int; 72];
+    for (slot, &fd) in all.iter_mut().zip(keep.iter().chain(&pipe).chain(&[0, 1, 2])) {
+        *slot = fd;
     }
-    let kept = &mut all[..n];
-    kept.sort_unstable();
-    let mut from: u32 = 0;
-    for &fd in kept.iter() {
-        let fd = fd as u32;
-        if fd > from {
-            // SAFETY: close_range on this process's fds.
-            unsafe { libc::syscall(libc::SYS_close_range, from, fd - 1, 0u32) };
-        }
-        from = fd + 1;
-    }
-    // SAFETY: as above.
-    unsafe { libc::syscall(libc::SYS_close_range, from, u32::MAX, 0u32) };
+    // SAFETY: as this function.
+    unsafe { close_ranges_around(&all) };
 }
 
 /// The keeper after a [`split_without_copies`]: closes the pipe's write
@@ -173,21 +160,47 @@ unsafe fn fork_init(fds: [libc::c_int; 2]) -> io::Result<libc::c_int> {
     unsafe { keep(pid, fds[0]) }
 }
 
-/// Keeps only `fd` open (and stops a stray signal from ending the process).
+/// Keeps only the fds of `keep` open (negative ones ignored), and stops a
+/// stray signal from ending the process (every signal blocked).
 ///
 /// # Safety
 /// Between fork and exec.
-unsafe fn quiet_except(fd: libc::c_int) {
+pub(super) unsafe fn quiet(keep: &[libc::c_int]) {
     // SAFETY: signal mask and close_range on this process.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::sigprocmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
-        if fd > 0 {
-            libc::syscall(libc::SYS_close_range, 0u32, (fd - 1) as u32, 0u32);
-        }
-        libc::syscall(libc::SYS_close_range, (fd + 1) as u32, u32::MAX, 0u32);
+        close_ranges_around(keep);
     }
+}
+
+/// Closes every fd but those of `keep` (at most 72; negative ones ignored).
+///
+/// # Safety
+/// Between fork and exec.
+unsafe fn close_ranges_around(keep: &[libc::c_int]) {
+    let mut all = [0 as libc::c_int; 72];
+    let mut n = 0;
+    for &fd in keep {
+        if fd >= 0 && n < all.len() {
+            all[n] = fd;
+            n += 1;
+        }
+    }
+    let kept = &mut all[..n];
+    kept.sort_unstable();
+    let mut from: u32 = 0;
+    for &fd in kept.iter() {
+        let fd = fd as u32;
+        if fd > from {
+            // SAFETY: close_range on this process's fds.
+            unsafe { libc::syscall(libc::SYS_close_range, from, fd - 1, 0u32) };
+        }
+        from = fd + 1;
+    }
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_close_range, from, u32::MAX, 0u32) };
 }
 
 /// Reaps children until `pid` ends, returning its wait status (the init
@@ -195,7 +208,7 @@ unsafe fn quiet_except(fd: libc::c_int) {
 ///
 /// # Safety
 /// Between fork and exec.
-unsafe fn reap_until(pid: libc::pid_t) -> libc::c_int {
+pub(super) unsafe fn reap_until(pid: libc::pid_t) -> libc::c_int {
     let mut status = 0;
     loop {
         // SAFETY: waitpid into a local.
@@ -220,7 +233,7 @@ unsafe fn reap_until(pid: libc::pid_t) -> libc::c_int {
 unsafe fn keep(init: libc::pid_t, status_pipe: libc::c_int) -> ! {
     // SAFETY: syscalls on this process only.
     unsafe {
-        quiet_except(status_pipe);
+        quiet(&[status_pipe]);
         // The hook's status comes first: the init's own end (tearing down
         // the namespace's mounts waits for an RCU grace period) is not the
         // call's business. It was SIGKILLed with the keeper's group if
@@ -234,20 +247,11 @@ unsafe fn keep(init: libc::pid_t, status_pipe: libc::c_int) -> ! {
             if n < 0 && *libc::__errno_location() == libc::EINTR {
                 continue;
             }
-            // The init ended without a word (killed): its own status.
+            // The init ended without a word (killed, or ctxhost is gone):
+            // its own status.
             break reap_until(init);
         };
-        if libc::WIFEXITED(status) {
-            libc::_exit(libc::WEXITSTATUS(status));
-        }
-        let signal = if libc::WIFSIGNALED(status) { libc::WTERMSIG(status) } else { libc::SIGKILL };
-        libc::signal(signal, libc::SIG_DFL);
-        let mut one: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut one);
-        libc::sigaddset(&mut one, signal);
-        libc::sigprocmask(libc::SIG_UNBLOCK, &one, std::ptr::null_mut());
-        libc::kill(libc::getpid(), signal);
-        libc::_exit(128 + signal);
+        super::tether::exit_like(status)
     }
 }
 
@@ -269,18 +273,20 @@ pub unsafe fn fork_hook(status_pipe: libc::c_int, steps: &super::ChildSteps) -> 
         return Ok(());
     }
     // SAFETY: the init's whole remaining life: syscalls only.
-    unsafe { init(pid, status_pipe, steps.hook_id, &steps.wipe) }
+    unsafe { init(pid, status_pipe, steps) }
 }
 
 /// The namespace's init: reaps every process of the namespace until the
-/// hook ends, hands its wait status to the keeper, exits.
+/// hook ends, hands its wait status to the keeper, exits — or exits at once
+/// when ctxhost is gone (its pidfd readable): the namespace ends with it.
 ///
 /// # Safety
 /// Between fork and exec, in the init; never returns.
-unsafe fn init(pid: libc::pid_t, status_pipe: libc::c_int, hook_id: Option<u32>, wipe: &Wipe) -> ! {
+unsafe fn init(pid: libc::pid_t, status_pipe: libc::c_int, steps: &super::ChildSteps) -> ! {
+    let (hook_id, wipe) = (steps.hook_id, &steps.wipe);
     // SAFETY: syscalls on this process only.
     unsafe {
-        quiet_except(status_pipe);
+        quiet(&[status_pipe, steps.host]);
         // The init is a copy of the daemon that never execs: the hook sees
         // it as pid 1. Its `/proc/1/cmdline` and `environ` would show the
         // daemon's (a `--token` among them): wiped, and the rest of its
@@ -290,7 +296,9 @@ unsafe fn init(pid: libc::pid_t, status_pipe: libc::c_int, hook_id: Option<u32>,
         // Nothing the init keeps is worth having: no capability, the hook's uid.
         let _ = super::drop_capabilities(hook_id);
         libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-        let raw = reap_until(pid).to_ne_bytes();
+        // ctxhost gone: this exit takes the namespace with it.
+        let Some(status) = super::tether::reap_watching(pid, steps.host) else { libc::_exit(0) };
+        let raw = status.to_ne_bytes();
         libc::write(status_pipe, raw.as_ptr().cast(), 4);
         libc::_exit(0);
     }
@@ -330,6 +338,12 @@ impl Exec {
 
     fn stack_base(&self) -> *const u8 {
         self.stack.as_ptr()
+    }
+
+    /// The top of the whole stack, 16-byte aligned (a clone growing down
+    /// from it may use all of it).
+    pub(super) fn stack_top(&self) -> usize {
+        (self.stack.as_ptr() as usize + self.stack.len()) & !15
     }
 
     /// `execve`; returns only with its error.
@@ -380,7 +394,7 @@ pub unsafe fn clone_hook(status_pipe: libc::c_int, steps: &super::ChildSteps) ->
         return Err(io::Error::last_os_error());
     }
     // SAFETY: the init's remaining life.
-    unsafe { init(pid, status_pipe, steps.hook_id, &steps.wipe) }
+    unsafe { init(pid, status_pipe, steps) }
 }
 
 /// The daemon's argument and environment areas (from `/proc/self/stat`),
@@ -412,7 +426,7 @@ impl Wipe {
     /// # Safety
     /// Only in a forked child that never returns to Rust code using its
     /// arguments or environment.
-    unsafe fn apply(&self) {
+    pub(super) unsafe fn apply(&self) {
         for &(start, end) in &self.ranges {
             if start != 0 {
                 // SAFETY: the process's own argument/environment pages (on
