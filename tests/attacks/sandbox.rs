@@ -510,17 +510,32 @@ fn serve_plugin_with(p: &TestPlugin, prepare: impl FnOnce(&mut std::process::Com
 /// would otherwise run beside its orphan): every process is gone within 2 s.
 #[test]
 fn a_hook_running_when_serve_is_killed_dies_with_it() {
+    one_shot_killed_with_serve("", "serve, one-shot");
+}
+
+/// Orphans, the operator's trusted plugin (granted both the filesystem and
+/// the network: no namespace, no sandbox layer): its one-shot hook and the
+/// grandchild in a session of its own die with a SIGKILLed `ctxhost serve`
+/// all the same.
+#[test]
+fn a_trusted_hook_running_when_serve_is_killed_dies_with_it() {
+    one_shot_killed_with_serve("allow_filesystem = true\nallow_network = true\n", "serve, trusted one-shot");
+}
+
+/// A one-shot sleeper plugin (`settings` added to its manifest) under
+/// `ctxhost serve`, the daemon SIGKILLed during the call.
+fn one_shot_killed_with_serve(settings: &str, what: &str) {
     let p = TestPlugin::new("t", &[]);
     let left = Leftovers::new(p.root.path());
     write(
         &p.dir.join("plugin.toml"),
-        "name = \"t\"\nversion = \"1\"\n[hooks]\nruntime = \"bash\"\ningest = \"ingest.sh\"\n",
+        &format!("name = \"t\"\nversion = \"1\"\n{settings}[hooks]\nruntime = \"bash\"\ningest = \"ingest.sh\"\n"),
     );
     write(&p.dir.join("ingest.sh"), &format!("{}echo '{{\"memories\":[]}}'\n", left.sleeper()));
     let daemon = serve_plugin(&p);
     let _call = ingest_in_background(&daemon);
-    left.wait_running("serve, one-shot");
-    left.kill_host_and_check(daemon.pid(), "serve, one-shot");
+    left.wait_running(what);
+    left.kill_host_and_check(daemon.pid(), what);
 }
 
 /// Orphans, the persistent worker: a worker busy with a call (sleeping,
