@@ -425,9 +425,11 @@ impl Leftovers {
         pids
     }
 
-    /// Waits (bounded) until both sleeps run.
-    fn wait_running(&self, what: &str) {
-        assert!(self.marker.running(2, std::time::Duration::from_secs(30)), "{what}: the hook's sleeps never ran");
+    /// Waits (bounded) until both sleeps run; `diagnose` says why not.
+    fn wait_running(&self, what: &str, diagnose: impl FnOnce() -> String) {
+        if !self.marker.running(2, std::time::Duration::from_secs(30)) {
+            panic!("{what}: the hook's sleeps never ran: {}", diagnose());
+        }
     }
 
     /// Kills `host` (SIGKILL), then asserts that nothing is left within 2 s:
@@ -494,6 +496,16 @@ fn ingest_in_background(daemon: &Daemon) -> std::net::TcpStream {
     stream
 }
 
+/// What the daemon answered to [`ingest_in_background`] (a call that should
+/// still run: a test failing tells why it did not).
+fn answer(mut call: &std::net::TcpStream) -> String {
+    use std::io::Read;
+    let _ = call.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    let mut raw = Vec::new();
+    let _ = call.read_to_end(&mut raw);
+    String::from_utf8_lossy(&raw).into_owned()
+}
+
 /// A `ctxhost serve` home whose context engine is the plugin `t` in `p`.
 fn serve_plugin(p: &TestPlugin) -> Daemon {
     serve_plugin_with(p, |_| {})
@@ -533,8 +545,8 @@ fn one_shot_killed_with_serve(settings: &str, what: &str) {
     );
     write(&p.dir.join("ingest.sh"), &format!("{}echo '{{\"memories\":[]}}'\n", left.sleeper()));
     let daemon = serve_plugin(&p);
-    let _call = ingest_in_background(&daemon);
-    left.wait_running(what);
+    let call = ingest_in_background(&daemon);
+    left.wait_running(what, || answer(&call));
     left.kill_host_and_check(daemon.pid(), what);
 }
 
@@ -554,8 +566,8 @@ fn a_worker_running_when_serve_is_killed_dies_with_it() {
         &format!("while IFS= read -r line; do\n{}echo '{{\"memories\":[]}}'\ndone\n", left.sleeper()),
     );
     let daemon = serve_plugin(&p);
-    let _call = ingest_in_background(&daemon);
-    left.wait_running("serve, worker");
+    let call = ingest_in_background(&daemon);
+    left.wait_running("serve, worker", || answer(&call));
     left.kill_host_and_check(daemon.pid(), "serve, worker");
 }
 
@@ -595,7 +607,7 @@ fn a_hook_running_when_the_sidecar_is_killed_dies_with_it() {
         json!({"id": 2, "method": "ingest", "params": {"agent_id": "a", "peer_id": null, "user_message": "hi"}});
     writeln!(stdin, "{bootstrap}\n{ingest}").unwrap();
     stdin.flush().unwrap();
-    left.wait_running("sidecar");
+    left.wait_running("sidecar", || "(the sidecar's replies are not read)".into());
     left.kill_host_and_check(sidecar.id() as i32, "sidecar");
     let _ = sidecar.wait();
 }
@@ -641,8 +653,12 @@ fn a_hook_of_a_daemon_without_namespaces_dies_with_it() {
             });
         }
     });
-    let _call = ingest_in_background(&daemon);
-    left.wait_running("no namespaces");
+    let call = ingest_in_background(&daemon);
+    if !left.marker.running(2, std::time::Duration::from_secs(30)) {
+        let answer = answer(&call);
+        let (_, stderr) = daemon.stop();
+        panic!("no namespaces: the hook's sleeps never ran: {answer}\n{stderr}");
+    }
     left.kill_host_and_check(daemon.pid(), "no namespaces");
     let (_, stderr) = daemon.stop();
     assert!(stderr.contains("pidns no"), "the daemon ran without pid namespaces: {stderr}");

@@ -689,7 +689,14 @@ pub(super) unsafe fn drop_capabilities(hook_id: Option<u32>) -> io::Result<()> {
             | SECBIT_NO_SETUID_FIXUP_LOCKED
             | SECBIT_KEEP_CAPS_LOCKED;
         if libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0) != 0 {
-            return Err(io::Error::last_os_error());
+            let error = io::Error::last_os_error();
+            // Without CAP_SETPCAP — an unprivileged daemon without user
+            // namespaces — there is no capability to keep: no-new-privs
+            // (set before the exec) keeps a set-user-ID binary from
+            // granting any.
+            if error.raw_os_error() != Some(libc::EPERM) || hook_id.is_some() || holds_capabilities() {
+                return Err(error);
+            }
         }
         for cap in 0..64 {
             // EINVAL past the kernel's last capability: done.
@@ -715,6 +722,30 @@ pub(super) unsafe fn drop_capabilities(hook_id: Option<u32>) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether this process holds any capability (effective or permitted).
+/// Between fork and exec: one syscall.
+fn holds_capabilities() -> bool {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let header = Header { version: 0x2008_0522, pid: 0 };
+    let mut data = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
+    // SAFETY: capget into a local array of the size version 3 expects.
+    if unsafe { libc::syscall(libc::SYS_capget, &header, data.as_mut_ptr()) } != 0 {
+        return true;
+    }
+    data.iter().any(|d| d.effective != 0 || d.permitted != 0)
 }
 
 /// What must happen when a confined process's life ends: its cgroup killed
