@@ -460,13 +460,16 @@ impl ChildSteps {
         }
     }
 
-    /// In the namespace's init: its `/proc` and the view's covers.
+    /// In the namespace's init: the daemon's argv and environment hidden,
+    /// its `/proc` and the view's covers.
     ///
     /// # Safety
     /// Between clone and exec, in the init.
     pub(super) unsafe fn init_namespace(&self) -> io::Result<()> {
-        // SAFETY: mounts in the init's own mount namespace.
+        // SAFETY: prctl and memset on the init's own memory, mounts in its
+        // own mount namespace.
         unsafe {
+            pidns::hide_daemon(&self.wipe);
             pidns::mount_proc()?;
             if let Some(view) = &self.view {
                 view.apply()?;

@@ -283,16 +283,10 @@ pub unsafe fn fork_hook(status_pipe: libc::c_int, steps: &super::ChildSteps) -> 
 /// # Safety
 /// Between fork and exec, in the init; never returns.
 unsafe fn init(pid: libc::pid_t, status_pipe: libc::c_int, steps: &super::ChildSteps) -> ! {
-    let (hook_id, wipe) = (steps.hook_id, &steps.wipe);
+    let hook_id = steps.hook_id;
     // SAFETY: syscalls on this process only.
     unsafe {
         quiet(&[status_pipe, steps.host]);
-        // The init is a copy of the daemon that never execs: the hook sees
-        // it as pid 1. Its `/proc/1/cmdline` and `environ` would show the
-        // daemon's (a `--token` among them): wiped, and the rest of its
-        // memory kept from the hook (not dumpable).
-        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-        wipe.apply();
         // Nothing the init keeps is worth having: no capability, the hook's uid.
         let _ = super::drop_capabilities(hook_id);
         libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
@@ -434,6 +428,23 @@ impl Wipe {
                 unsafe { libc::memset(start as *mut libc::c_void, 0, end - start) };
             }
         }
+    }
+}
+
+/// In the init, before the hook starts: the init is a copy of the daemon
+/// that never execs, and the hook sees it as pid 1. Its `/proc/1/cmdline`
+/// and `environ` would show the daemon's (a `--token` among them): wiped —
+/// now, or the hook could read them before the init runs again — and the
+/// rest of its memory kept from the hook (not dumpable).
+///
+/// # Safety
+/// Between fork and exec, in the init (or a keeper) that never returns to
+/// Rust code using its arguments or environment.
+pub unsafe fn hide_daemon(wipe: &Wipe) {
+    // SAFETY: prctl on this process; the wipe as the caller promises.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        wipe.apply();
     }
 }
 

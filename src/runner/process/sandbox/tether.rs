@@ -165,8 +165,11 @@ pub(super) unsafe fn split(steps: &super::ChildSteps) -> io::Result<()> {
             steps.finish_and_exec()
         }
     }
-    // SAFETY: prctl/clone/fork on this single-threaded process.
+    // SAFETY: prctl/clone/fork on this single-threaded process; the wipe
+    // in a process that never returns to code using argv or environment
+    // (the hook execs with the steps' own, or std's prepared, arguments).
     unsafe {
+        pidns::hide_daemon(&steps.wipe);
         // Whatever the hook leaves comes to the keeper, not to the machine's init.
         if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
             return Err(io::Error::last_os_error());
@@ -213,9 +216,9 @@ unsafe fn die_with_parent(keeper: libc::pid_t) {
     }
 }
 
-/// The keeper's life without a pid namespace: no fd but ctxhost's pidfd,
-/// every signal blocked, its copy of the daemon's argv and environment
-/// wiped and not dumpable; waits for the hook (reaping what comes to it)
+/// The keeper's life without a pid namespace (its copy of the daemon's
+/// argv and environment already wiped): no fd but ctxhost's pidfd, every
+/// signal blocked; waits for the hook (reaping what comes to it)
 /// while ctxhost lives, kills the hook's whole tree, and ends as the hook
 /// did — or, ctxhost gone, kills the tree and its own process group.
 ///
@@ -225,8 +228,6 @@ unsafe fn keep(hook: libc::pid_t, steps: &super::ChildSteps) -> ! {
     // SAFETY: syscalls on this process, its fds and its children.
     unsafe {
         pidns::quiet(&[steps.host]);
-        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-        steps.wipe.apply();
         match reap_watching(hook, steps.host) {
             Some(status) => {
                 kill_tree();
