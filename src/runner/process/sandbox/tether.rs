@@ -303,3 +303,146 @@ unsafe fn kill_tree() -> bool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+
+    use super::super::{ChildSteps, pidns};
+
+    /// Steps that only tether (no sandbox layer), watching `host`.
+    fn tethered(host: RawFd) -> ChildSteps {
+        ChildSteps {
+            confined: false,
+            tether: true,
+            join: Vec::new(),
+            namespaces: None,
+            view: None,
+            rlimits: Vec::new(),
+            hook_id: None,
+            ruleset: None,
+            proc_rule: 0,
+            seccomp: None,
+            wipe: pidns::Wipe::default(),
+            host,
+            exec: None,
+        }
+    }
+
+    /// A marker no other test (nor run) uses, for `sleep <secs>.<marker>`.
+    fn marker(test: u32) -> String {
+        format!("{}{test:03}7", std::process::id())
+    }
+
+    /// Pids of live processes with an argument containing `needle`.
+    fn pids_with(needle: &str) -> Vec<i32> {
+        let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+        dir.flatten()
+            .filter_map(|e| {
+                let pid = e.file_name().to_str()?.parse::<i32>().ok()?;
+                let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+                cmdline.split(|&b| b == 0).any(|a| String::from_utf8_lossy(a).contains(needle)).then_some(pid)
+            })
+            .collect()
+    }
+
+    fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+        let start = Instant::now();
+        while !done() {
+            if start.elapsed() > limit {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
+
+    /// `sh -c <script>` started through the steps (the fork, or with
+    /// `clone` the hook's own exec), in its own process group.
+    fn start(script: &str, clone: bool, host: RawFd) -> std::process::Child {
+        let mut steps = tethered(host);
+        let args = ["-c".into(), script.into()];
+        if clone {
+            steps.set_exec(std::path::Path::new("/bin/sh"), &args, &[("PATH".into(), "/usr/bin:/bin".into())]);
+            assert!(steps.exec.is_some());
+        }
+        let mut cmd = std::process::Command::new("/bin/sh");
+        cmd.args(&args).env_clear().env("PATH", "/usr/bin:/bin").process_group(0);
+        // SAFETY: `apply` only makes syscalls on what the steps hold.
+        unsafe { cmd.pre_exec(move || steps.apply()) };
+        cmd.spawn().unwrap()
+    }
+
+    /// A stand-in for ctxhost and its pidfd.
+    fn host() -> (std::process::Child, OwnedFd) {
+        let host = std::process::Command::new("sleep").arg("600").spawn().unwrap();
+        // SAFETY: pidfd_open on our own child; the fd is owned below.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, host.id() as libc::pid_t, 0) };
+        assert!(fd >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
+        // SAFETY: a fresh fd nobody else owns.
+        (host, unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    }
+
+    /// The host gone, the keeper kills the hook and a grandchild that left
+    /// its session, and ends.
+    fn the_tree_dies_with_the_host(clone: bool, test: u32) {
+        let m = marker(test);
+        let (mut host, pidfd) = host();
+        let mut keeper = start(
+            &format!("setsid sleep 300.{m} </dev/null >/dev/null 2>&1 & sleep 301.{m}"),
+            clone,
+            pidfd.as_raw_fd(),
+        );
+        let ran = wait_for(Duration::from_secs(10), || {
+            pids_with(&format!("300.{m}")).len() + pids_with(&format!("301.{m}")).len() >= 2
+        });
+        assert!(ran, "the sleeps never ran: {:?} {:?}", pids_with(&m), keeper.try_wait());
+        host.kill().unwrap();
+        host.wait().unwrap();
+        let gone = wait_for(Duration::from_secs(2), || pids_with(&m).is_empty());
+        let ended = wait_for(Duration::from_secs(2), || keeper.try_wait().unwrap().is_some());
+        for pid in pids_with(&m) {
+            // SAFETY: kill(2) on this test's own leftovers.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let _ = keeper.kill();
+        assert!(gone && ended, "left running: hook tree {gone}, keeper {ended}");
+    }
+
+    #[test]
+    fn with_the_host_gone_the_forked_hook_and_its_escaped_grandchild_die() {
+        the_tree_dies_with_the_host(false, 1);
+    }
+
+    #[test]
+    fn with_the_host_gone_the_cloned_hook_and_its_escaped_grandchild_die() {
+        the_tree_dies_with_the_host(true, 2);
+    }
+
+    /// The hook ends by itself: the keeper ends as it did (exit code 3),
+    /// and what it left in a session of its own is killed.
+    #[test]
+    fn the_keeper_ends_as_the_hook_did_and_kills_what_it_left() {
+        let m = marker(3);
+        let (mut host, pidfd) = host();
+        for clone in [false, true] {
+            let mut keeper = start(
+                &format!("setsid sleep 302.{m} </dev/null >/dev/null 2>&1 & sleep 0.3; exit 3"),
+                clone,
+                pidfd.as_raw_fd(),
+            );
+            let status = keeper.wait().unwrap();
+            let gone = wait_for(Duration::from_secs(2), || pids_with(&m).is_empty());
+            for pid in pids_with(&m) {
+                // SAFETY: kill(2) on this test's own leftovers.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            assert_eq!(status.code(), Some(3), "clone {clone}");
+            assert!(gone, "the escaped grandchild outlived the hook (clone {clone})");
+        }
+        let _ = host.kill();
+        let _ = host.wait();
+    }
+}
