@@ -13,10 +13,11 @@
 //!   when ctxhost is gone it exits, and the kernel kills everything left in
 //!   the namespace (a `setsid` + double-fork daemon included). The hook
 //!   cannot signal its init, nor see the keeper outside;
-//! - without one (no user namespaces for an unprivileged daemon, say) the
-//!   process ctxhost started stays outside as the keeper ([`split`]): a
-//!   child subreaper, so whatever the hook forks and leaves comes to it
-//!   rather than to the machine's init; the hook dies with it
+//! - without one (no user namespaces for an unprivileged daemon, say), and
+//!   for the operator's trusted plugin (no sandbox layer, tethered all the
+//!   same), the process ctxhost started stays outside as the keeper
+//!   ([`split`]): a child subreaper, so whatever the hook forks and leaves
+//!   comes to it rather than to the machine's init; the hook dies with it
 //!   (`PR_SET_PDEATHSIG`, reliable here: the keeper is single-threaded).
 //!   When ctxhost is gone, or the hook ends, it kills its whole tree
 //!   ([`kill_tree`]).
@@ -28,7 +29,9 @@
 //! group. Without pidfds (Linux < 5.3) nothing watches ctxhost.
 //!
 //! Everything here but [`host_pidfd`] runs between fork and exec: raw
-//! syscalls only, no allocation.
+//! syscalls only, no allocation. This module never decides whether a hook
+//! is tethered (the confinement does), and never signals a process that is
+//! not the keeper's own descendant (or, as a last resort, in its group).
 
 use std::io;
 use std::os::fd::RawFd;
