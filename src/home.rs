@@ -77,9 +77,17 @@ impl Home {
         self.root.join("grants.toml")
     }
 
-    /// `<home>/plugins-state.toml`: which plugins are disabled.
+    /// `<home>/plugins-state.toml`: which plugins were disabled, before the
+    /// state store (imported from there once, then renamed aside).
     pub fn state_file(&self) -> PathBuf {
         self.root.join("plugins-state.toml")
+    }
+
+    /// `<home>/state.db`: the state store (`host::store`) — vfs, triggers,
+    /// plugin storage and config values, enable state, the after_turn
+    /// journal. One SQLite file in WAL mode.
+    pub fn state_db(&self) -> PathBuf {
+        self.root.join("state.db")
     }
 
     /// `<home>/venvs/<plugin>`: a python plugin's own virtual environment,

@@ -52,6 +52,7 @@ pub mod engine;
 pub mod faust;
 mod hint;
 pub mod home;
+pub mod host;
 pub mod metrics;
 pub mod plugin;
 pub mod registry;

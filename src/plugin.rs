@@ -264,8 +264,13 @@ fn write_config(
     }
     let mut resolved = resolved_config(manifest, cx, warnings);
     if !manifest.agent.config.is_empty() {
-        let dir = crate::agent::services::plugin_dir(&cx.home.agent_dir(), &manifest.name);
-        match crate::agent::config::PluginConfig::open(&dir, manifest.agent.config.clone()) {
+        let stored = crate::host::store::open(cx.home)
+            .and_then(|store| crate::host::store::migrate::plugin(cx.home, &*store, &manifest.name).map(|_| store))
+            .map_err(crate::agent::config::ConfigError::from)
+            .and_then(|store| {
+                crate::agent::config::PluginConfig::open(store, &manifest.name, manifest.agent.config.clone())
+            });
+        match stored {
             Ok(config) => resolved.extend(config.values()),
             Err(e) => warnings.push(format!("[agent_config]: {e}; the hooks see the defaults")),
         }

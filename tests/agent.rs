@@ -387,7 +387,7 @@ fn tools_are_listed_and_a_run_transcript_goes_through_the_loop() {
 /// A python JSON-RPC worker plugin whose `communicate` runs the service
 /// calls it is given (`{"calls": [[method, params], …]}` → `{"results": […]}`)
 /// and whose symbolic vfs nodes say how often they were computed.
-fn service_worker(site: &Site, name: &str) {
+pub(crate) fn service_worker(site: &Site, name: &str) {
     let dir = site.plugin_dir(name);
     std::fs::create_dir_all(dir.join("hooks")).unwrap();
     std::fs::copy(
@@ -423,7 +423,7 @@ fn service_worker(site: &Site, name: &str) {
     );
 }
 
-fn calls(d: &Daemon, plugin: &str, calls: Value) -> Vec<Value> {
+pub(crate) fn calls(d: &Daemon, plugin: &str, calls: Value) -> Vec<Value> {
     let r = d.post(&format!("/faust/plugins/{plugin}/communicate"), &json!({"calls": calls}).to_string());
     assert_eq!(r.status, 200, "{}", r.body);
     r.json()["results"].as_array().unwrap().clone()

@@ -201,8 +201,8 @@ impl AgentEngine {
     /// agent loop. Plugins that fail to load are left out with a warning.
     ///
     /// # Errors
-    /// The services' state under the home cannot be opened, or a plugin's
-    /// own state (`<home>/agent/plugins/<name>/`) cannot be — unless config.toml
+    /// The home's state store cannot be opened, or a plugin's stored config
+    /// cannot be read — unless config.toml
     /// lists the plugin in `[plugins] optional`: then it is left out, its
     /// error kept in [`AgentEngine::failed`].
     ///
@@ -213,7 +213,7 @@ impl AgentEngine {
         metrics: Arc<Metrics>,
         stack: Option<&crate::engine::stack::StackEngine>,
     ) -> Result<(Arc<AgentEngine>, Vec<String>), ServiceError> {
-        let shared = SharedServices::open(&cx.home.agent_dir())?;
+        let shared = SharedServices::open(cx.home)?;
         let mut warnings = Vec::new();
         let mut plugins = Vec::new();
         let mut deps_declared = std::collections::BTreeMap::new();
@@ -689,11 +689,9 @@ impl AgentEngine {
                 });
             }
         };
-        self.shared
-            .triggers()
-            .create(trigger, super::services::now_secs())
-            .map(Ok)
-            .map_err(|e| ServiceError { code: super::services::code::SERVICE, message: e.to_string() })
+        let now = super::services::now_secs();
+        let created = self.shared.triggers_off(move |t| t.create(trigger, now, super::triggers::By::Host)).await;
+        created.map(Ok).map_err(|e| ServiceError { code: super::services::code::SERVICE, message: e.to_string() })
     }
 
     /// Runs `trigger_fire` over a due trigger; delivered ones are kept for
@@ -721,7 +719,14 @@ impl AgentEngine {
     /// Fires the event triggers listening for `name`, with `payload` added
     /// as `event_payload`; returns the delivered ones.
     pub async fn fire_event(&self, name: &str, payload: Value) -> Vec<Value> {
-        let listening: Vec<Map<String, Value>> = self.shared.triggers().event(name).into_iter().cloned().collect();
+        let owned = name.to_owned();
+        let listening = match self.shared.triggers_off(move |t| t.event(&owned)).await {
+            Ok(listening) => listening,
+            Err(e) => {
+                tracing::warn!("event `{name}`: its triggers cannot be read: {e}");
+                return Vec::new();
+            }
+        };
         let mut delivered = Vec::new();
         for mut t in listening {
             t.insert("event_payload".into(), payload.clone());
@@ -979,7 +984,7 @@ mod tests {
 
     fn setup(plugins: Vec<FakePlugin<'_>>) -> Setup {
         let dir = tempfile::tempdir().unwrap();
-        let shared = SharedServices::open(&dir.path().join("agent")).unwrap();
+        let shared = SharedServices::open(&crate::home::Home::at(dir.path())).unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
         let list = plugins
             .into_iter()
@@ -1159,9 +1164,9 @@ mod tests {
         )]);
         let t = |id: &str| obj(json!({"id": id, "type": "event", "event_name": "go"}));
         assert_eq!(s.engine.create_trigger(t("spam")).await.unwrap().unwrap_err().reason, "no spam");
-        assert!(s.engine.shared().triggers().get("spam").is_none(), "a refused trigger is not stored");
+        assert!(s.engine.shared().triggers().get("spam").unwrap().is_none(), "a refused trigger is not stored");
         assert_eq!(s.engine.create_trigger(t("ok")).await.unwrap(), Ok("ok".into()));
-        assert_eq!(s.engine.shared().triggers().get("ok").unwrap()["seen"], json!(true));
+        assert_eq!(s.engine.shared().triggers().get("ok").unwrap().unwrap()["seen"], json!(true));
         let delivered = s.engine.fire_event("go", json!({"n": 1})).await;
         assert_eq!(delivered.len(), 1);
         assert_eq!(delivered[0]["event_payload"], json!({"n": 1}));

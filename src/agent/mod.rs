@@ -8,8 +8,9 @@
 //! - [`services`]: the host services as one dispatcher (config, vfs,
 //!   triggers, storage, log), shared by jsonrpc workers and components.
 //! - [`decision`]: how one plugin's answer is read and how answers combine
-//!   (pure); [`config`], [`vfs`], [`triggers`], [`storage`]: the stores
-//!   (pure of plugin calls).
+//!   (pure); [`config`], [`vfs`], [`triggers`], [`storage`]: what the
+//!   records mean (paths, owners, kinds, schemas) over the state store
+//!   (`host::store`), pure of plugin calls.
 //!
 //! Nothing here knows how a plugin runs: calls go through `runner::Runner`.
 
@@ -27,12 +28,16 @@ pub mod vfs;
 /// loading one.
 ///
 /// # Errors
-/// The plugin's service files cannot be made or read.
+/// The plugin's stored config cannot be read, or an old state file of its
+/// own cannot be imported (named; it is left as it was).
 pub fn attach_services(
     plugin: &crate::plugin::LoadedPlugin,
     shared: &std::sync::Arc<services::SharedServices>,
     home: &crate::home::Home,
 ) -> Result<std::sync::Arc<services::PluginServices>, services::ServiceError> {
+    // Its own old state files, left by an older ctxhost (or written by hand).
+    crate::host::store::migrate::plugin(home, &**shared.store(), &plugin.name)
+        .map_err(|e| services::ServiceError::service(e.to_string()))?;
     let view = services::ConfigView::existing(crate::plugin::config_view_file(home, &plugin.name));
     let s = std::sync::Arc::new(services::PluginServices::open(
         shared.clone(),
@@ -44,27 +49,9 @@ pub fn attach_services(
     Ok(s)
 }
 
-/// How a service's JSON file failed to load.
-#[derive(Debug, thiserror::Error)]
-enum JsonFileError {
-    #[error("{0}")]
-    Read(std::io::Error),
-    #[error("{0}")]
-    Parse(serde_json::Error),
-}
-
-/// The value stored in `file`, or the default when there is no file yet:
-/// how every service here loads its state.
-fn load_json<T: serde::de::DeserializeOwned + Default>(file: &std::path::Path) -> Result<T, JsonFileError> {
-    match std::fs::read_to_string(file) {
-        Ok(text) => serde_json::from_str(&text).map_err(JsonFileError::Parse),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(T::default()),
-        Err(e) => Err(JsonFileError::Read(e)),
-    }
-}
-
-/// Replaces `file` with `value` as JSON, atomically; the error's text.
+/// Replaces `file` with `value` as JSON, atomically; the error's text. A
+/// value that cannot be serialised is an error, never an empty file.
 fn save_json<T: serde::Serialize>(file: &std::path::Path, value: &T) -> Result<(), String> {
-    let text = serde_json::to_string(value).unwrap_or_else(|_| "{}".into());
-    crate::home::Home::write_atomic(file, text.as_bytes()).map_err(|e| e.to_string())
+    let text = serde_json::to_string(value).map_err(|e| format!("`{}`: cannot serialise: {e}", file.display()))?;
+    crate::home::Home::write_atomic(file, text.as_bytes()).map_err(|e| format!("`{}`: {e}", file.display()))
 }

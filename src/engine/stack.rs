@@ -508,8 +508,8 @@ async fn futures_join_all<F: std::future::Future>(futures: impl IntoIterator<Ite
 /// the stack works. Returns the engine and the warnings.
 ///
 /// # Errors
-/// The memory database cannot be opened, or `plugins-state.toml` cannot be
-/// read (a disabled plugin must never run because its record is broken).
+/// The memory database cannot be opened, or the state store (which plugins
+/// are disabled) cannot be read (a disabled plugin must never run because its record is broken).
 pub fn load_stack(cx: &crate::plugin::LoadContext<'_>) -> Result<(StackEngine, Vec<String>), EngineError> {
     use super::default::DefaultSettings;
     crate::registry::state::disabled(cx.home).map_err(EngineError::StateFile)?;

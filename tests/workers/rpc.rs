@@ -76,7 +76,7 @@ fn load(p: &TestPlugin, services: bool) -> Loaded {
     let cx = LoadContext { home: &home, config: &config, host_env: &LoadContext::process_env };
     let plugin = load_plugin(&p.dir, &cx).unwrap_or_else(|e| panic!("load {}: {e}", p.dir.display()));
     let shared = services.then(|| {
-        let shared = SharedServices::open(&home.agent_dir()).unwrap();
+        let shared = SharedServices::open(&home).unwrap();
         ctxhost::agent::attach_services(&plugin, &shared, &home).unwrap();
         shared
     });
@@ -322,14 +322,15 @@ fn check_services_seen(loaded: &Loaded, name: &str, seen: &Value) {
 
     // The host's side of the same state.
     let shared = loaded.shared.as_ref().unwrap();
-    match shared.vfs().read(&format!("{me}/notes/a.txt")) {
+    match shared.vfs().read(&format!("{me}/notes/a.txt")).unwrap() {
         Read::Text(t) => assert_eq!(t, "line one\nline two"),
         _ => panic!("the file is not in the host's vfs"),
     }
-    assert_eq!(shared.triggers().get("t-1").and_then(|t| t.get("plugin")).cloned(), Some(json!(name)));
-    let stored =
-        std::fs::read_to_string(loaded.home.agent_dir().join("plugins").join(name).join("agent_config.json")).unwrap();
-    assert_eq!(serde_json::from_str::<Value>(&stored).unwrap()["LIMIT"], 7, "persisted: {stored}");
+    assert_eq!(shared.triggers().get("t-1").unwrap().and_then(|t| t.get("plugin").cloned()), Some(json!(name)));
+    // Persisted: a store opened afresh on the database file reads it.
+    let fresh = ctxhost::host::store::sqlite::SqliteStore::open(&loaded.home.state_db()).unwrap();
+    let stored = ctxhost::host::store::Store::config_values(&fresh, name).unwrap();
+    assert_eq!(stored["LIMIT"], 7, "persisted: {stored:?}");
     let view = ctxhost::plugin::config_view_file(&loaded.home, name);
     let view: Value = serde_json::from_str(&std::fs::read_to_string(view).unwrap()).unwrap();
     assert_eq!(view["LIMIT"], 7, "the one-shot config view follows");
