@@ -33,7 +33,7 @@ struct Setup {
 fn setup(rt: &tokio::runtime::Runtime, files: usize, triggers: usize) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let home = Home::at(dir.path());
-    let shared = SharedServices::open(&home.agent_dir()).unwrap();
+    let shared = SharedServices::open(&home).unwrap();
     let plugins: Vec<Arc<PluginServices>> = (0..WRITERS)
         .map(|i| {
             Arc::new(PluginServices::open(shared.clone(), &format!("p{i}"), Vec::new(), ConfigView::default()).unwrap())
