@@ -434,12 +434,24 @@ impl Store for SqliteStore {
         const OP: &str = "vfs_put";
         self.write(OP, |tx| {
             if let Some(limits) = limits {
-                let u = usage(
+                // The owner's total (read from the index alone), less the
+                // node this one replaces if it is the owner's.
+                let mut u = usage(
                     tx,
                     OP,
-                    "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM vfs_nodes WHERE owner = ?1 AND path <> ?2",
-                    params![node.owner(), path],
+                    "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM vfs_nodes WHERE owner = ?1",
+                    [node.owner()],
                 )?;
+                let replaced: Option<(String, i64)> = tx
+                    .prepare_cached("SELECT owner, bytes FROM vfs_nodes WHERE path = ?1")
+                    .and_then(|mut s| s.query_row([path], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+                    .map_err(fail(OP))?;
+                if let Some((owner, bytes)) = replaced
+                    && owner == node.owner()
+                {
+                    u.entries = u.entries.saturating_sub(1);
+                    u.bytes = u.bytes.saturating_sub(count(bytes));
+                }
                 limits
                     .check(node.owner(), path, node.bytes(), u.entries, u.bytes)
                     .map_err(|r| refuse(OP, StoreErrorKind::Quota(r)))?;
