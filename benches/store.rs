@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
-use ctxhost::agent::services::{CallContext, ConfigView, PluginServices, SharedServices};
 use ctxhost::home::Home;
+use ctxhost::host::services::{CallContext, ConfigView, PluginServices, SharedServices};
 use serde_json::{Value, json};
 
 const WRITERS: usize = 8;

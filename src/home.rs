@@ -40,7 +40,11 @@ impl Home {
         let plugins_dir =
             overrides.plugins_dir.or_else(|| non_empty("CTXHOST_PLUGINS_DIR")).unwrap_or_else(|| root.join("plugins"));
         let config_file = overrides.config.unwrap_or_else(|| root.join("config.toml"));
-        Home { root, plugins_dir, config_file }
+        // Absolute once, here: hooks, pip and the shim run with other working
+        // directories, so a relative `--home .` must not mean something else
+        // there. (Lexical only: no link is resolved.)
+        let absolute = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
+        Home { root: absolute(root), plugins_dir: absolute(plugins_dir), config_file: absolute(config_file) }
     }
 
     /// A home rooted at `root` with every default below it (tests, embedders).
@@ -190,6 +194,22 @@ fn passwd_home() -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_relative_home_is_made_absolute_once() {
+        let home = Home::resolve(
+            HomeOverrides {
+                home: Some("rel-home".into()),
+                plugins_dir: Some("rel-plugins".into()),
+                ..Default::default()
+            },
+            &|_| None,
+        );
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(home.root(), cwd.join("rel-home"));
+        assert_eq!(home.plugins_dir(), cwd.join("rel-plugins"));
+        assert_eq!(home.config_file(), cwd.join("rel-home/config.toml"));
+    }
 
     #[test]
     fn flags_beat_variables_beat_defaults() {

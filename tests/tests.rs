@@ -6,7 +6,9 @@
 //! - `limits`: timeouts, output caps, process-group cleanup.
 //! - `env`: what a hook's environment holds, and what it must not.
 //! - `launchers`: launcher lookup, shims, custom and native launchers.
+//! - `catalog`: one status per plugin: doctor, plugin list and the daemon's routes agree; each plugin loaded once.
 //! - `cli`: `ctxhost hook` and `ctxhost doctor` as a user runs them.
+//! - `errors`: each kind of hook failure from a real plugin, with its HTTP status.
 //! - `stack`: the engine over a stack of plugins, with LibreFang-style fixtures.
 //! - `wasm`: component plugins on wasmtime.
 //! - `server`: `ctxhost serve`, its routes and hot reload.
@@ -18,17 +20,21 @@
 //! - `workers`: persistent workers: examples in both modes, faults, respawn and retry, leaks, reload.
 //! - `attacks`: the attack catalogue (issue 13): what a hostile plugin tries, and that it fails.
 //! - `store`: the state store (`state.db`): old JSON files imported, a corrupt one kept, failed writes, two processes.
+//! - `layers`: the module layers of `src/` only point down.
 //! - `faustbot`: FaustBot plugins (plugin.json + impl.py) unmodified: the examples, every hook sync and async, deps, lifecycle.
 
 mod util;
 
 mod agent;
 mod attacks;
+mod catalog;
 mod cli;
 mod env;
+mod errors;
 mod faust_shim;
 mod faustbot;
 mod launchers;
+mod layers;
 mod limits;
 mod manifest;
 mod plugins;

@@ -34,6 +34,7 @@
 //! ```
 
 pub mod default;
+pub mod durable;
 pub mod layer;
 pub mod repair;
 pub mod stack;
@@ -66,11 +67,15 @@ pub enum EngineError {
     /// The state store (`state.db`) cannot be read: which plugins the
     /// operator turned off is unknown, so nothing starts.
     #[error("{0}; ctxhost does not start without knowing which plugins are disabled (fix or restore the file)")]
-    StateFile(#[source] crate::registry::StoreError),
+    StateFile(#[source] crate::host::filestore::StoreError),
     /// after_turn's write to the built-in memory failed: the turn is lost
     /// unless the caller sends it again.
     #[error("the turn was not stored in the built-in memory: {0}")]
     NotStored(#[source] Box<EngineError>),
+    /// after_turn's plugin calls could not be journaled: they run now, but
+    /// a restart would lose them, so the turn is not acknowledged.
+    #[error("the turn's plugin calls could not be journaled (they run now, but would not survive a restart): {0}")]
+    NotJournaled(#[source] crate::host::store::journal::JournalError),
     /// A plugin failed and its `on_hook_failure` is `abort`.
     #[error("plugin '{}' failed in `{}` (abort policy): {}", .0.plugin, .0.hook, .0.message)]
     Plugin(layer::LayerFailure),

@@ -42,11 +42,12 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::{get, patch, post};
 
+use crate::app::catalog::{Catalog, Options};
 use crate::config::HostConfig;
 use crate::engine::ContextEngine;
-use crate::engine::stack::{StackEngine, load_stack};
+use crate::engine::stack::StackEngine;
 use crate::home::Home;
-use crate::plugin::LoadContext;
+use crate::host::LoadContext;
 use crate::protocol::BootstrapRequest;
 
 pub use auth::AddressPolicyError;
@@ -81,7 +82,9 @@ pub enum ServeError {
     #[error("cannot watch the plugins dir for --watch: {0}")]
     Watch(String),
     #[error("agent-loop host services: {0}")]
-    Agent(crate::agent::services::ServiceError),
+    Agent(crate::host::services::ServiceError),
+    #[error(transparent)]
+    Journal(#[from] crate::host::store::journal::JournalError),
     #[error("the server stopped: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -91,6 +94,9 @@ pub(crate) struct AppState {
     home: Home,
     config: HostConfig,
     engine: StackEngine,
+    /// Every plugin of the home: its one load and its status (what the
+    /// plugin routes, doctor and reload read and write).
+    catalog: Catalog,
     /// The agent loop: every enabled plugin with agent hooks or registrations.
     agent: Arc<crate::agent::engine::AgentEngine>,
     token: Option<String>,
@@ -117,7 +123,8 @@ pub struct Server {
 }
 
 impl Server {
-    /// Loads the configured stack, bootstraps it and binds `options.addr`.
+    /// Loads the catalog (every plugin once), builds the stack and the agent
+    /// loop from it, starts and bootstraps them and binds `options.addr`.
     /// Load warnings are logged.
     ///
     /// # Errors
@@ -127,19 +134,22 @@ impl Server {
         auth::check_address(options.addr, options.token.as_deref())?;
         // What a daemon killed before left in the temp dir goes first.
         crate::runner::process::tmp::remove_stale_in_temp_dir();
-        let (engine, warnings) = {
-            let cx = LoadContext { home: &home, config: &config, host_env: &LoadContext::process_env };
-            // Nothing is served yet, so blocking this task for the load holds up nobody.
-            load_stack(&cx)?
-        };
-        for w in warnings {
-            tracing::warn!("{w}");
-        }
-        let (agent, warnings) = {
-            let cx = LoadContext { home: &home, config: &config, host_env: &LoadContext::process_env };
-            crate::agent::engine::AgentEngine::load(&cx, engine.metrics().clone(), Some(&engine))
-                .map_err(ServeError::Agent)?
-        };
+        // Every plugin loaded once (and pip run, when the operator asked) on
+        // the blocking pool; the stack and the agent loop share the loads.
+        let (loader_home, loader_config) = (home.clone(), config.clone());
+        let (catalog, mut engine, agent, warnings) = tokio::task::spawn_blocking(move || {
+            let cx = LoadContext { home: &loader_home, config: &loader_config, host_env: &LoadContext::process_env };
+            let catalog = Catalog::load(&cx, &Options::start(&loader_config));
+            let mut warnings = catalog.warnings();
+            let (engine, w) = crate::app::stack::build(&catalog, &cx)?;
+            warnings.extend(w);
+            let (agent, w) =
+                crate::app::agent_loop::build(&catalog, &cx, engine.metrics().clone()).map_err(ServeError::Agent)?;
+            warnings.extend(w);
+            Ok::<_, ServeError>((catalog, engine, agent, warnings))
+        })
+        .await
+        .map_err(|e| ServeError::Io(std::io::Error::other(format!("loading the plugins failed: {e}"))))??;
         for w in warnings {
             tracing::warn!("{w}");
         }
@@ -147,6 +157,8 @@ impl Server {
         for w in agent.start().await {
             tracing::warn!("{w}");
         }
+        // What failed to start is an error in the catalog too.
+        catalog.sync(&engine, &agent);
         let engine_config = &config.context_engine;
         let bootstrap = BootstrapRequest {
             context_window_tokens: engine_config.context_window_tokens,
@@ -155,6 +167,16 @@ impl Server {
             extra: Default::default(),
         };
         engine.bootstrap(&bootstrap).await?;
+        // after_turn goes through the journal from here on; what a daemon or
+        // sidecar killed before left there runs now (after the bootstrap, so
+        // with its env_overrides).
+        let journal = {
+            let (home, engine_config) = (home.clone(), config.context_engine.clone());
+            tokio::task::spawn_blocking(move || crate::engine::durable::open_journal(&home, &engine_config))
+                .await
+                .map_err(|e| ServeError::Io(std::io::Error::other(e)))??
+        };
+        engine.attach_journal(journal);
         let listener = tokio::net::TcpListener::bind(options.addr)
             .await
             .map_err(|source| ServeError::Bind { addr: options.addr, source })?;
@@ -164,6 +186,7 @@ impl Server {
             home,
             config,
             engine,
+            catalog,
             agent,
             token: options.token,
             reload_lock: tokio::sync::Mutex::new(()),
@@ -178,7 +201,8 @@ impl Server {
     }
 
     /// Serves until `shutdown` resolves, then stops accepting, lets requests
-    /// under way finish and waits (bounded) for pending `after_turn` calls.
+    /// under way finish and waits (bounded) for the `after_turn` calls under
+    /// way (journaled calls not started yet stay for the next start).
     ///
     /// # Errors
     /// The watcher could not start, or the listener failed.
@@ -187,6 +211,8 @@ impl Server {
         let timers = self.timers;
         let app = router(self.state.clone());
         conn::serve(self.listener, app, &self.state.config.server, shutdown).await;
+        // Journaled calls not started yet stay for the next start.
+        self.state.engine.close_journal();
         if tokio::time::timeout(SETTLE_TIMEOUT, self.state.engine.settle()).await.is_err() {
             tracing::warn!(
                 "shutdown: after_turn calls still pending after {}s were abandoned",

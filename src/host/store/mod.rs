@@ -24,12 +24,10 @@
 //! ([`migrate`]). The after_turn journal (`journal.rs`, its own trait and
 //! table) shares the database file, not this trait.
 
+pub mod journal;
 pub mod migrate;
 pub mod quota;
 pub mod sqlite;
-// The after_turn journal lives in `journal.rs`: its own trait (`Journal`), its
-// own table in the same database file (`Home::state_db`), connections opened
-// with `sqlite::connect`. Declared here by its owner.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;

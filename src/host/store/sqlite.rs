@@ -95,12 +95,35 @@ CREATE TABLE store_imports (
 pub fn connect(path: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
-    let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+    let mode: String = retry_busy(|| conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0)))?;
     if !mode.eq_ignore_ascii_case("wal") {
         tracing::warn!("{}: the file system does not allow WAL; journal mode is {mode}", path.display());
     }
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     Ok(conn)
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e,
+        rusqlite::Error::SqliteFailure(f, _)
+            if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+/// Runs `f` again while it fails with "busy", for at most the busy timeout:
+/// switching to WAL and the first schema change take locks the busy handler
+/// does not always wait for (another process opening the file right now).
+fn retry_busy<T>(mut f: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+    let started = std::time::Instant::now();
+    loop {
+        match f() {
+            Err(e) if is_busy(&e) && started.elapsed() < BUSY_TIMEOUT => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// The SQLite store.
@@ -288,47 +311,62 @@ impl SqliteStore {
             crate::home::Home::ensure_dir(dir)
                 .map_err(|e| refuse(OP, StoreErrorKind::Backend(format!("`{}`: {e}", path.display()))))?;
         }
+        {
+            // Plugins' values and config are in it: only this user reads it
+            // (SQLite gives its -wal and -shm files the same mode).
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .open(path)
+                .map_err(|e| refuse(OP, StoreErrorKind::Backend(format!("`{}`: {e}", path.display()))))?;
+        }
         let named = |e: rusqlite::Error| refuse(OP, StoreErrorKind::Backend(format!("`{}`: {e}", path.display())));
         let mut conn = connect(path).map_err(named)?;
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(named)?;
-        tx.execute_batch("CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);")
-            .map_err(named)?;
-        let version: Option<String> = tx
-            .query_row("SELECT value FROM store_meta WHERE key = 'schema_version'", [], |r| r.get(0))
-            .optional()
-            .map_err(named)?;
+        retry_busy(|| Self::upgrade(&mut conn, path)).map_err(named)??;
+        Ok(SqliteStore { path: path.to_owned(), writer: Mutex::new(conn), readers: Mutex::new(Vec::new()) })
+    }
+
+    /// Brings the schema to [`SCHEMA_VERSION`] in one transaction: the SQL
+    /// result, and inside it this store's verdict on the version found.
+    fn upgrade(conn: &mut Connection, path: &Path) -> rusqlite::Result<Result<(), StoreError>> {
+        const OP: &str = "open";
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute_batch("CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);")?;
+        let version: Option<String> =
+            tx.query_row("SELECT value FROM store_meta WHERE key = 'schema_version'", [], |r| r.get(0)).optional()?;
         match version.as_deref().map(str::parse::<u32>) {
             None => {
-                tx.execute_batch(SCHEMA_V1).map_err(named)?;
+                tx.execute_batch(SCHEMA_V1)?;
                 tx.execute(
                     "INSERT INTO store_meta (key, value) VALUES ('schema_version', ?1)",
                     [SCHEMA_VERSION.to_string()],
-                )
-                .map_err(named)?;
+                )?;
             }
             Some(Ok(v)) if v == SCHEMA_VERSION => {}
             Some(Ok(v)) => {
-                return Err(refuse(
+                return Ok(Err(refuse(
                     OP,
                     StoreErrorKind::Backend(format!(
                         "`{}` holds schema version {v}, written by another ctxhost; this one knows version \
                          {SCHEMA_VERSION}",
                         path.display()
                     )),
-                ));
+                )));
             }
             Some(Err(e)) => {
-                return Err(refuse(
+                return Ok(Err(refuse(
                     OP,
                     StoreErrorKind::Corrupt {
                         what: format!("`{}` schema_version", path.display()),
                         reason: e.to_string(),
                     },
-                ));
+                )));
             }
         }
-        tx.commit().map_err(named)?;
-        Ok(SqliteStore { path: path.to_owned(), writer: Mutex::new(conn), readers: Mutex::new(Vec::new()) })
+        tx.commit()?;
+        Ok(Ok(()))
     }
 
     /// The database file.

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeSet;
 
-use super::store::StoreError;
+use super::filestore::StoreError;
 use crate::home::Home;
 
 fn failed(home: &Home, action: &'static str) -> impl FnOnce(crate::host::store::StoreError) -> StoreError {

@@ -24,13 +24,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
+use super::BoxFuture;
 use super::config::{Change, Field, PluginConfig};
 use super::storage::{Scope, Storage, StorageError};
 use super::triggers::{By, TriggerError, Triggers};
 use super::vfs::{Read, Vfs, VfsError, Writer};
 pub use crate::host::store::quota;
 use crate::host::store::{self, Store, StoreError, off_runtime};
-use crate::runner::BoxFuture;
 
 /// JSON-RPC 2.0 error codes the services answer with.
 pub mod code {
