@@ -69,8 +69,9 @@ impl Home {
         self.root.join("data").join(plugin)
     }
 
-    /// `<home>/agent`: the agent-loop host services' state (vfs, triggers,
-    /// per-plugin config and storage).
+    /// `<home>/agent`: where the agent-loop host services kept their state
+    /// (vfs, triggers, per-plugin config and storage) as JSON files, before
+    /// the state store ([`Home::state_db`]) imported them once.
     pub fn agent_dir(&self) -> PathBuf {
         self.root.join("agent")
     }

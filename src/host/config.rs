@@ -185,6 +185,18 @@ mod tests {
         assert!(config.set("LIMIT", &json!("lots")).is_err());
         assert_eq!(config.get("LIMIT", json!(0)), json!(5), "a refused set changes nothing");
 
+        // A store that fails the write: nothing changes, here or on disk.
+        let broken = rusqlite::Connection::open(&db).unwrap();
+        broken
+            .execute_batch(
+                "CREATE TRIGGER no_config BEFORE INSERT ON plugin_config BEGIN SELECT RAISE(ABORT, 'disk says no'); END;",
+            )
+            .unwrap();
+        let err = config.set("LIMIT", &json!(6)).unwrap_err();
+        assert!(matches!(&err, PluginConfigError::Store(e) if e.to_string().contains("disk says no")), "{err}");
+        assert_eq!(config.get("LIMIT", json!(0)), json!(5), "memory as on disk");
+        broken.execute_batch("DROP TRIGGER no_config;").unwrap();
+
         // Survives a restart; another plugin's config is its own.
         drop(config);
         let reopened = PluginConfig::open(open(), "p", schema.clone()).unwrap();
