@@ -35,7 +35,7 @@ use ctxhost::runner::process::ProcessRunner;
 use ctxhost::runner::{CallOptions, HookError, Runner};
 use serde_json::{Value, json};
 
-use crate::util::http::Daemon;
+use crate::util::http::{Client, Daemon};
 use crate::util::procs::{Marker, parent_of, pid_with_token};
 use crate::util::{TestPlugin, example, is_dead, reply, require_program, stderr, write};
 

@@ -108,12 +108,10 @@ impl AppState {
 
 /// A daemon that has loaded its engine and bound its port, not yet serving.
 pub struct Server {
-    state: Arc<AppState>,
+    routes: Routes,
     listener: tokio::net::TcpListener,
     /// Watching since `bind`, so no change after the address is printed is missed.
     watcher: Option<notify::RecommendedWatcher>,
-    /// Trigger watcher, schedules and heartbeats of the agent loop.
-    timers: crate::agent::timers::Timers,
 }
 
 impl Server {
@@ -127,6 +125,50 @@ impl Server {
         auth::check_address(options.addr, options.token.as_deref())?;
         // What a daemon killed before left in the temp dir goes first.
         crate::runner::process::tmp::remove_stale_in_temp_dir();
+        let routes = Routes::load(home, config, options.token).await?;
+        let listener = tokio::net::TcpListener::bind(options.addr)
+            .await
+            .map_err(|source| ServeError::Bind { addr: options.addr, source })?;
+        let watcher = if options.watch { Some(watch::start(routes.state.clone())?) } else { None };
+        Ok(Server { routes, listener, watcher })
+    }
+
+    /// The bound address (the real port when `:0` was asked for).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `shutdown` resolves, then stops accepting, lets requests
+    /// under way finish and waits (bounded) for pending `after_turn` calls.
+    ///
+    /// # Errors
+    /// The watcher could not start, or the listener failed.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
+        let _watcher = self.watcher;
+        conn::serve(self.listener, self.routes.router(), &self.routes.state.config.server, shutdown).await;
+        self.routes.stop().await;
+        Ok(())
+    }
+}
+
+/// The daemon without a socket: the loaded engines, the agent loop's timers
+/// and the routes over them. [`Server`] serves these on a port; a test can
+/// call the [`Router`] in-process (`tower::ServiceExt::oneshot`).
+pub struct Routes {
+    state: Arc<AppState>,
+    /// Trigger watcher, schedules and heartbeats of the agent loop.
+    timers: crate::agent::timers::Timers,
+}
+
+impl Routes {
+    /// Loads the configured stack and the agent loop from `home`, starts the
+    /// plugins that register at run time, bootstraps the stack and starts
+    /// the timers. Load warnings are logged. `token` guards the mutating routes.
+    ///
+    /// # Errors
+    /// The memory database or the agent loop's state cannot be opened, or
+    /// bootstrap fails.
+    pub async fn load(home: Home, config: HostConfig, token: Option<String>) -> Result<Routes, ServeError> {
         let (engine, warnings) = {
             let cx = LoadContext { home: &home, config: &config, host_env: &LoadContext::process_env };
             // Nothing is served yet, so blocking this task for the load holds up nobody.
@@ -155,9 +197,6 @@ impl Server {
             extra: Default::default(),
         };
         engine.bootstrap(&bootstrap).await?;
-        let listener = tokio::net::TcpListener::bind(options.addr)
-            .await
-            .map_err(|source| ServeError::Bind { addr: options.addr, source })?;
         let timers = crate::agent::timers::Timers::start(&agent, crate::agent::timers::TICK);
         let state = Arc::new(AppState {
             limits: limits::RequestLimits::new(&config.server),
@@ -165,39 +204,30 @@ impl Server {
             config,
             engine,
             agent,
-            token: options.token,
+            token,
             reload_lock: tokio::sync::Mutex::new(()),
         });
-        let watcher = if options.watch { Some(watch::start(state.clone())?) } else { None };
-        Ok(Server { state, listener, watcher, timers })
+        Ok(Routes { state, timers })
     }
 
-    /// The bound address (the real port when `:0` was asked for).
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
+    /// Every route of the daemon, over these engines.
+    pub fn router(&self) -> Router {
+        router(self.state.clone())
     }
 
-    /// Serves until `shutdown` resolves, then stops accepting, lets requests
-    /// under way finish and waits (bounded) for pending `after_turn` calls.
-    ///
-    /// # Errors
-    /// The watcher could not start, or the listener failed.
-    pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
-        let _watcher = self.watcher;
-        let timers = self.timers;
-        let app = router(self.state.clone());
-        conn::serve(self.listener, app, &self.state.config.server, shutdown).await;
+    /// Waits (bounded) for pending `after_turn` calls, stops the timers, then
+    /// the plugins' persistent workers.
+    pub async fn stop(self) {
         if tokio::time::timeout(SETTLE_TIMEOUT, self.state.engine.settle()).await.is_err() {
             tracing::warn!(
                 "shutdown: after_turn calls still pending after {}s were abandoned",
                 SETTLE_TIMEOUT.as_secs()
             );
         }
-        drop(timers);
+        drop(self.timers);
         // Persistent workers stop gracefully (stdin closed, then killed).
         self.state.engine.shutdown().await;
         self.state.agent.shutdown().await;
-        Ok(())
     }
 }
 
