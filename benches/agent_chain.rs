@@ -35,7 +35,7 @@ fn engine(example: &str, n: usize) -> (tempfile::TempDir, Arc<AgentEngine>) {
     let home = Home::at(dir.path());
     let config = HostConfig::default();
     let cx = LoadContext { home: &home, config: &config, host_env: &LoadContext::process_env };
-    let (engine, warnings) = AgentEngine::load(&cx, Arc::default(), None).unwrap();
+    let (engine, warnings) = ctxhost::app::load_agent(&cx, Arc::default()).unwrap();
     assert_eq!(engine.plugins().len(), n, "{warnings:?}");
     (dir, engine)
 }

@@ -19,9 +19,9 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ctxhost::app::load_stack;
 use ctxhost::config::HostConfig;
 use ctxhost::engine::ContextEngine;
-use ctxhost::engine::stack::load_stack;
 use ctxhost::home::Home;
 use ctxhost::plugin::LoadContext;
 use ctxhost::protocol::IngestRequest;

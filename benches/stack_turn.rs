@@ -15,9 +15,10 @@ mod examples;
 use std::path::Path;
 
 use criterion::{Criterion, criterion_group};
+use ctxhost::app::load_stack;
 use ctxhost::config::HostConfig;
 use ctxhost::engine::ContextEngine;
-use ctxhost::engine::stack::{StackEngine, load_stack};
+use ctxhost::engine::stack::StackEngine;
 use ctxhost::home::Home;
 use ctxhost::plugin::LoadContext;
 use ctxhost::protocol::{AfterTurnRequest, AssembleRequest, IngestRequest, Message, Role};

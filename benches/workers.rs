@@ -151,10 +151,10 @@ fn jsonrpc_comparison(rt: &tokio::runtime::Runtime, root: &Path) {
     .unwrap();
     let config = HostConfig::default();
     let cx = LoadContext { home: &home, config: &config, host_env: &LoadContext::process_env };
-    let shared = ctxhost::agent::services::SharedServices::open(&home.agent_dir()).unwrap();
+    let shared = ctxhost::host::services::SharedServices::open(&home.agent_dir()).unwrap();
     let load_any = |dir: &Path| {
         let plugin = ctxhost::plugin::load_plugin(dir, &cx).unwrap_or_else(|e| panic!("load {}: {e}", dir.display()));
-        ctxhost::agent::attach_services(&plugin, &shared, &home).unwrap();
+        ctxhost::plugin::attach_services(&plugin, &shared, &home).unwrap();
         plugin.runner
     };
     let (rpc, line) = (load_any(&rpc_dir), load_any(&line_dir));

@@ -45,16 +45,16 @@ pub mod manifest;
 pub mod protocol;
 
 pub mod agent;
+pub mod app;
 pub mod cli;
 pub mod config;
-pub mod doctor;
 pub mod engine;
 pub mod faust;
 mod hint;
 pub mod home;
+pub mod host;
 pub mod metrics;
 pub mod plugin;
-pub mod registry;
 pub mod runner;
 pub mod scaffold;
 pub mod server;

@@ -126,8 +126,14 @@ fn doctor_json_has_librefangs_shape() {
     assert!(plugins[1]["error"].as_str().unwrap().contains("cannot compile it"), "{}", plugins[1]);
     assert_eq!(plugins[2]["hooks_valid"], false, "{}", plugins[2]);
     assert!(plugins[2]["error"].as_str().unwrap().contains("neither executable nor a script"), "{}", plugins[2]);
+    // LibreFang's fields as before, and the catalog's `state` besides.
+    assert_eq!(plugins[3]["state"], "loaded", "{}", plugins[3]);
+    let librefang =
+        ["name", "runtime", "runtime_available", "hooks_valid", "install_hint", "error", "missing_binaries"];
+    let projected: serde_json::Map<String, Value> =
+        librefang.iter().filter_map(|k| plugins[3].get(*k).map(|v| ((*k).to_owned(), v.clone()))).collect();
     assert_eq!(
-        plugins[3],
+        Value::Object(projected),
         serde_json::json!({"name":"t","runtime":"bash","runtime_available":true,"hooks_valid":true,
             "install_hint":"Install bash via your OS package manager (pre-installed on most Unix-like systems)"})
     );

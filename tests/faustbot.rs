@@ -15,7 +15,7 @@ use ctxhost::protocol::HookName;
 use serde_json::{Value, json};
 
 use crate::util::examples::repo_root;
-use crate::util::http::{Client, Daemon, Response};
+use crate::util::http::{Daemon, Response};
 use crate::util::site::Site;
 use crate::util::within;
 use crate::util::write;

@@ -72,6 +72,18 @@ impl Setup {
     }
 }
 
+/// The fields `plugin list --json` had before the catalog's status record
+/// added its own (`state`, `kind`, …), of each entry.
+fn list_fields(list: &Value) -> Value {
+    let fields = ["name", "version", "runtime", "hooks", "enabled", "error"];
+    let entries = list.as_array().unwrap().iter();
+    Value::Array(
+        entries
+            .map(|p| fields.iter().filter_map(|k| p.get(*k).map(|v| ((*k).to_owned(), v.clone()))).collect())
+            .collect(),
+    )
+}
+
 fn stdout(a: &assert_cmd::assert::Assert) -> String {
     String::from_utf8_lossy(&a.get_output().stdout).into_owned()
 }
@@ -102,8 +114,12 @@ fn list_shows_every_plugin_and_a_broken_one_with_its_error() {
     let broken = s.installed("broken", &[("plugin.toml", "name = \"broken\"\n[hooks]\nruntime = \"node\"\n")]);
     s.installed("empty", &[("README", "not a plugin")]);
 
+    let listed = s.list_json();
+    // The catalog's status record: `state` besides the fields of before.
+    let states: Vec<&Value> = listed.as_array().unwrap().iter().map(|p| &p["state"]).collect();
+    assert_eq!(states, [&json!("loaded"), &json!("error"), &json!("error")], "{listed}");
     assert_eq!(
-        s.list_json(),
+        list_fields(&listed),
         json!([
             {"name": "alpha", "version": "0.1.0", "runtime": "bash", "hooks": ["ingest", "after_turn"], "enabled": true},
             {"name": "broken", "version": "", "runtime": "node", "hooks": [], "enabled": true,
@@ -440,8 +456,10 @@ fn a_component_is_listed_with_the_hooks_it_describes_and_a_broken_one_is_not_ins
     std::fs::copy(crate::util::examples::component("redact"), src.join("redact.wasm")).unwrap();
     let a = s.install(&src, &[]).success();
     assert!(stdout(&a).contains("  hooks: transform_tool_result\n"), "{}", stdout(&a));
+    let listed = s.list_json();
+    assert_eq!((&listed[0]["state"], &listed[0]["kind"]), (&json!("loaded"), &json!("component")), "{listed}");
     assert_eq!(
-        s.list_json(),
+        list_fields(&listed),
         json!([{"name": "redact", "version": "0.1.0", "runtime": "wasm", "hooks": ["transform_tool_result"], "enabled": true}])
     );
 
@@ -451,7 +469,7 @@ fn a_component_is_listed_with_the_hooks_it_describes_and_a_broken_one_is_not_ins
     assert_eq!(
         stderr(&a),
         format!(
-            "error: plugin `garbage` does not load: component plugin `{}`: not a WebAssembly component \
+            "error: plugin `garbage` does not load: component `{}`: not a WebAssembly component \
              (build it with `--target wasm32-wasip2`)\n",
             bad.join("garbage.wasm").display()
         )

@@ -287,7 +287,7 @@ fn test_hook_runs_one_plugin_hook_and_reports() {
     write(&site.plugin_dir("broken").join("i.sh"), "echo 'no luck' >&2\nexit 2\n");
     let d = site.routes();
 
-    // Not in any stack: loaded from the plugins dir for the call.
+    // Not in any stack: the daemon's own load of it answers.
     let r = d.post(
         "/api/plugins/alpha/test-hook",
         &json!({"hook": "ingest", "input": {"agent_id": "a1", "message": "hi"}}).to_string(),
@@ -561,9 +561,18 @@ fn plugins_route_lists_the_plugins_dir_as_it_is_now() {
     site.echo_plugin("alpha", "v1");
     let d = site.routes();
     let list = d.get("/api/plugins").json();
+    let alpha = &list.as_array().unwrap()[0];
+    // The catalog's status record: `state` (and more) besides the fields of before.
     assert_eq!(
-        list,
-        json!([{"name": "alpha", "version": "1.0.0", "runtime": "bash", "hooks": ["ingest", "after_turn"], "enabled": true}])
+        (list.as_array().unwrap().len(), &alpha["state"], &alpha["kind"]),
+        (1, &json!("loaded"), &json!("script"))
+    );
+    let old_fields = ["name", "version", "runtime", "hooks", "enabled", "error"];
+    let projected: serde_json::Map<String, Value> =
+        old_fields.iter().filter_map(|k| alpha.get(*k).map(|v| ((*k).to_owned(), v.clone()))).collect();
+    assert_eq!(
+        Value::Object(projected),
+        json!({"name": "alpha", "version": "1.0.0", "runtime": "bash", "hooks": ["ingest", "after_turn"], "enabled": true})
     );
     write(&site.plugin_dir("zeta").join("plugin.toml"), "name = \"zeta\"\n");
     let list = d.get("/api/plugins").json();

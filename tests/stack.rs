@@ -5,8 +5,9 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use ctxhost::app::load_stack;
 use ctxhost::config::HostConfig;
-use ctxhost::engine::stack::{StackEngine, load_stack};
+use ctxhost::engine::stack::StackEngine;
 use ctxhost::engine::{ContextEngine, EngineError};
 use ctxhost::home::Home;
 use ctxhost::plugin::LoadContext;

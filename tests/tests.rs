@@ -6,7 +6,9 @@
 //! - `limits`: timeouts, output caps, process-group cleanup.
 //! - `env`: what a hook's environment holds, and what it must not.
 //! - `launchers`: launcher lookup, shims, custom and native launchers.
+//! - `catalog`: one status per plugin: doctor, plugin list and the daemon's routes agree; each plugin loaded once.
 //! - `cli`: `ctxhost hook` and `ctxhost doctor` as a user runs them.
+//! - `errors`: each kind of hook failure from a real plugin, with its HTTP status.
 //! - `stack`: the engine over a stack of plugins, with LibreFang-style fixtures.
 //! - `wasm`: component plugins on wasmtime.
 //! - `server`: `ctxhost serve`, its routes and hot reload.
@@ -17,6 +19,7 @@
 //! - `agent`: the agent loop (agent-hooks.md): the guard three ways, combine rules, config, triggers, schedules.
 //! - `workers`: persistent workers: examples in both modes, faults, respawn and retry, leaks, reload.
 //! - `attacks`: the attack catalogue (issue 13): what a hostile plugin tries, and that it fails.
+//! - `layers`: the module layers of `src/` only point down.
 //! - `faustbot`: FaustBot plugins (plugin.json + impl.py) unmodified: the examples, every hook sync and async, deps, lifecycle.
 
 // Tests: a panic is a failed test (Cargo.toml denies these in ctxhost's code).
@@ -26,11 +29,14 @@ mod util;
 
 mod agent;
 mod attacks;
+mod catalog;
 mod cli;
 mod env;
+mod errors;
 mod faust_shim;
 mod faustbot;
 mod launchers;
+mod layers;
 mod limits;
 mod manifest;
 mod plugins;

@@ -2,6 +2,7 @@
 //! typed calls through the same JSON replies as script plugins.
 
 use ctxhost::protocol::{HookName, HookRequest};
+use ctxhost::runner::ErrorKind;
 use ctxhost::runner::wasm::component::{ComponentRunner, Limits};
 use serde_json::json;
 
@@ -122,7 +123,7 @@ fn a_component_takes_part_in_a_stack_with_script_plugins() {
         config: &config,
         host_env: &ctxhost::plugin::LoadContext::process_env,
     };
-    let (engine, warnings) = ctxhost::engine::stack::load_stack(&cx).unwrap();
+    let (engine, warnings) = ctxhost::app::load_stack(&cx).unwrap();
     assert!(warnings.is_empty(), "{warnings:?}");
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let secret = ctxhost::protocol::TransformToolResultRequest::new(
@@ -186,11 +187,16 @@ impl Hostile {
     }
 
     fn order(&self, order: &str) -> Result<String, String> {
+        self.order_kind(order).map_err(|(_, text)| text)
+    }
+
+    /// [`Hostile::order`], a failure with its kind.
+    fn order_kind(&self, order: &str) -> Result<String, (ErrorKind, String)> {
         let req = HookRequest::from_json(HookName::Ingest, json!({"agent_id": "a", "message": order})).unwrap();
         self.runner
             .call_sync(&req)
             .map(|v| v["memories"][0]["content"].as_str().unwrap_or_default().to_owned())
-            .map_err(|e| e.to_string())
+            .map_err(|e| (e.kind(), e.to_string()))
     }
 }
 
@@ -203,20 +209,26 @@ fn hostile_guests_fail_with_their_own_clear_error_in_bounded_time() {
     let h = Hostile::new(small());
     let timed = |order: &str| {
         let started = std::time::Instant::now();
-        let r = h.order(order);
+        let r = h.order_kind(order);
         assert!(started.elapsed() < std::time::Duration::from_secs(5), "{order} took {:?}", started.elapsed());
         r
     };
-    let err = timed("loop").unwrap_err();
-    assert!(err.starts_with("component plugin out of fuel after 2000000"), "{err}");
-    let err = timed("memory").unwrap_err();
-    assert_eq!(err, "component plugin memory limit of 32 MiB exceeded");
-    let err = timed("panic").unwrap_err();
-    assert!(err.contains("guest panic") && err.contains("the hostile guest gave up on purpose"), "{err}");
-    let err = timed("recursion").unwrap_err();
+    let (kind, err) = timed("loop").unwrap_err();
+    assert!(err.starts_with("out of fuel after 2000000"), "{err}");
+    assert_eq!(kind, ErrorKind::OutOfFuel);
+    let (kind, err) = timed("memory").unwrap_err();
+    assert_eq!(
+        (kind, err.as_str()),
+        (ErrorKind::MemoryLimit, "memory limit of 32 MiB exceeded (`[sandbox] memory_mb`)")
+    );
+    let (kind, err) = timed("panic").unwrap_err();
+    assert!(err.starts_with("guest panic: ") && err.contains("the hostile guest gave up on purpose"), "{err}");
+    assert_eq!(kind, ErrorKind::GuestPanic);
+    let (kind, err) = timed("recursion").unwrap_err();
     assert!(err.contains("stack overflow") && err.contains("recursion"), "{err}");
-    let err = timed("fail").unwrap_err();
-    assert_eq!(err, "component plugin the plugin failed: asked to fail");
+    assert_eq!(kind, ErrorKind::Crashed);
+    let (kind, err) = timed("fail").unwrap_err();
+    assert_eq!((kind, err.as_str()), (ErrorKind::Failed, "the plugin reported a failure: asked to fail"));
     // And the host still serves: the same runner answers a harmless call.
     assert_eq!(timed("read-granted").unwrap(), "allowed: \"granted content\"");
 }
@@ -225,8 +237,8 @@ fn hostile_guests_fail_with_their_own_clear_error_in_bounded_time() {
 fn the_deadline_stops_a_guest_with_fuel_to_spare() {
     let h = Hostile::new(Limits { fuel: u64::MAX / 2, timeout_ms: 300, ..small() });
     let started = std::time::Instant::now();
-    let err = h.order("loop").unwrap_err();
-    assert_eq!(err, "component plugin deadline of 300 ms exceeded");
+    let (kind, err) = h.order_kind("loop").unwrap_err();
+    assert_eq!((kind, err.as_str()), (ErrorKind::Timeout, "Hook timed out after 300 ms"));
     assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
 }
 
@@ -341,7 +353,7 @@ fn core_modules_are_bounded_and_checked() {
     );
     let p = core_plugin(&looping, "[sandbox]\nfuel = 1000000\n");
     let err = crate::util::stderr(&p.hook("ingest", "{}").failure());
-    assert_eq!(err, "error: component plugin out of fuel after 1000000 units\n");
+    assert_eq!(err, "error: out of fuel after 1000000 units (`[sandbox] fuel`)\n");
 
     let foreign = format!(
         r#"(module (import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32))) {BUMP_ALLOC}
@@ -443,7 +455,7 @@ fn guest_output_goes_to_the_log_and_a_panic_fails_the_call() {
     let err = crate::util::stderr(&a);
     let logged = err.lines().filter(|l| l.contains("plugin_stderr") && l.contains("stream=\"stderr\"")).count();
     assert!(logged >= 1, "the guest's stderr reaches the log: {err}");
-    assert!(err.lines().last().unwrap().starts_with("error: component plugin guest panic: "), "{err}");
+    assert!(err.lines().last().unwrap().starts_with("error: guest panic: "), "{err}");
 }
 
 #[test]
@@ -850,7 +862,7 @@ fn a_guest_looping_on_service_calls_still_dies_at_its_deadline() {
         .write_stdin(json!({"payload": {"spin": true}}).to_string())
         .assert()
         .failure();
-    assert_eq!(crate::util::stderr(&a), "error: component plugin deadline of 1000 ms exceeded\n");
+    assert_eq!(crate::util::stderr(&a), "error: Hook timed out after 1000 ms\n");
     assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
 }
 
@@ -887,8 +899,8 @@ fn context_only_components_still_load_and_refuse_agent_hooks() {
 /// `read_symbolic` computes `<owner>:<path>`, or never answers for `/hang`.
 struct SlowHost;
 
-impl ctxhost::agent::services::HostCalls for SlowHost {
-    fn config_changed(&self, _plugin: &str, _change: ctxhost::agent::config::Change) {}
+impl ctxhost::host::services::HostCalls for SlowHost {
+    fn config_changed(&self, _plugin: &str, _change: ctxhost::host::config::Change) {}
 
     fn trigger_append(
         &self,
@@ -916,14 +928,14 @@ impl ctxhost::agent::services::HostCalls for SlowHost {
 
 #[test]
 fn service_calls_that_wait_finish_on_the_runtime_within_the_deadline() {
-    use ctxhost::agent::services::{ConfigView, HostCalls, PluginServices, SharedServices};
+    use ctxhost::host::services::{ConfigView, HostCalls, PluginServices, SharedServices};
     use ctxhost::runner::Runner;
     let root = tempfile::tempdir().unwrap();
     let shared = SharedServices::open(&root.path().join("agent")).unwrap();
     let host: std::sync::Arc<dyn HostCalls> = std::sync::Arc::new(SlowHost);
     shared.connect(std::sync::Arc::downgrade(&host));
     for node in ["/plugins/other/computed", "/plugins/other/hang"] {
-        shared.vfs().write_symbolic(ctxhost::agent::vfs::Writer::Plugin("other"), node, false).unwrap();
+        shared.vfs().write_symbolic(ctxhost::host::vfs::Writer::Plugin("other"), node, false).unwrap();
     }
     let limits = Limits { timeout_ms: 1_000, ..Limits::default() };
     let runner = ComponentRunner::load(
@@ -975,7 +987,9 @@ fn service_calls_that_wait_finish_on_the_runtime_within_the_deadline() {
         // finishes with that error or is stopped by its own deadline.
         match rt.block_on(handle.call(&hang, &options)) {
             Ok(reply) => assert!(err_of(&reply["results"][0]).contains("outlived the hook's deadline"), "{reply}"),
-            Err(e) => assert_eq!(e.to_string(), "component plugin deadline of 1000 ms exceeded"),
+            Err(e) => {
+                assert_eq!((e.kind(), e.to_string()), (ErrorKind::Timeout, "Hook timed out after 1000 ms".into()))
+            }
         }
         assert!(started.elapsed() < std::time::Duration::from_secs(3), "{:?}", started.elapsed());
     }

@@ -35,7 +35,7 @@ use ctxhost::runner::process::ProcessRunner;
 use ctxhost::runner::{CallOptions, HookError, Runner};
 use serde_json::{Value, json};
 
-use crate::util::http::{Client, Daemon};
+use crate::util::http::Daemon;
 use crate::util::procs::{Marker, parent_of, pid_with_token};
 use crate::util::{TestPlugin, example, is_dead, reply, require_program, stderr, write};
 
@@ -391,6 +391,11 @@ fn a_crash_loop_trips_the_breaker_instead_of_respawning_forever() {
     assert_eq!(spawned, ctxhost::runner::process::WORKER_LOOP_LIMIT as usize, "a start and a retry per call");
     let fast = rt.block_on(layer.call(&req)).unwrap_err();
     assert!(fast.message.contains("keeps failing"), "{}", fast.message);
+    assert_eq!(
+        (first.kind, fast.kind),
+        (ctxhost::runner::ErrorKind::Failed, ctxhost::runner::ErrorKind::Unavailable),
+        "an exit code, then a crash loop the pool refuses to restart"
+    );
     assert_eq!(starts(&p), spawned, "no new process while the loop lasts");
     let open = rt.block_on(layer.call(&req)).unwrap_err();
     assert!(open.message.starts_with("circuit-open"), "the engine's breaker opened: {}", open.message);

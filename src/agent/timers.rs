@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value};
 
 use super::engine::AgentEngine;
-use super::services::now_secs;
+use crate::host::services::now_secs;
 use crate::protocol::HookName;
 
 /// How often the clock looks at triggers and schedules.

@@ -6,20 +6,23 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::CliResult;
+use crate::app::catalog::State;
+use crate::app::doctor::{self, DoctorReport};
 use crate::config::HostConfig;
-use crate::doctor::{self, DoctorReport};
 use crate::home::Home;
-use crate::plugin::LoadContext;
+use crate::host::LoadContext;
 
 /// Report the runtimes this machine has and the state of every plugin.
 ///
-/// Exits 1 when a plugin fails to load, lacks its runtime or a required
-/// binary, so it can gate a deployment.
+/// Exits 1 when a plugin would not run — it fails to load, lacks its runtime,
+/// a required binary or its dependencies, a hook key is misspelt, or a
+/// FaustBot plugin's module does not import (checked by importing it in its
+/// sandbox) — so it can gate a deployment. A disabled plugin is fine.
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Examples:
   ctxhost doctor
-  ctxhost doctor --json | jq '.plugins[] | select(.hooks_valid | not)'
+  ctxhost doctor --json | jq '.plugins[] | select(.state == \"error\")'
   ctxhost doctor --json | jq .sandbox")]
 pub struct DoctorArgs {
     /// Print the report as JSON (`{\"runtimes\":[…],\"plugins\":[…],\"sandbox\":{…}}`, LibreFang's shape plus `sandbox`)
@@ -71,16 +74,17 @@ fn write_text(out: &mut impl Write, report: &DoctorReport, home: &Home) -> std::
         writeln!(out, "  (none)")?;
     }
     for p in &report.plugins {
-        let state = if let Some(e) = &p.error {
-            format!("error: {e}")
-        } else if !p.runtime_available {
-            format!("runtime missing. {}", p.install_hint)
-        } else if !p.missing_binaries.is_empty() {
-            format!("missing {}. {}", p.missing_binaries.join(", "), p.install_hint)
-        } else {
-            "ok".to_owned()
+        let state = match (p.state, &p.error) {
+            (State::Error, Some(e)) if !p.runtime_available => format!("error: {e}. {}", p.install_hint),
+            (State::Error, Some(e)) => format!("error: {e}"),
+            (State::Error, None) => "error".to_owned(),
+            (State::Disabled, _) => "disabled".to_owned(),
+            (State::Loaded, _) => "ok".to_owned(),
         };
         writeln!(out, "  {:<20} {:<7} {state}", p.name, p.runtime)?;
+        for w in &p.warnings {
+            writeln!(out, "  {:<20} {:<7} warning: {w}", "", "")?;
+        }
     }
     Ok(())
 }

@@ -71,9 +71,9 @@ pub fn exec(args: HookArgs, home: &Home) -> CliResult {
     show_warnings(&plugin.warnings);
     // Host services for workers and components that call them; without an
     // engine, `config_changed` and `trigger_append` are not run here.
-    let shared = crate::agent::services::SharedServices::open(&home.agent_dir())
+    let shared = crate::host::services::SharedServices::open(&home.agent_dir())
         .map_err(|e| HookCliError::Usage(format!("host services under {}: {e}", home.agent_dir().display())))?;
-    crate::agent::attach_services(&plugin, &shared, home)
+    crate::plugin::attach_services(&plugin, &shared, home)
         .map_err(|e| HookCliError::Usage(format!("host services of '{}': {e}", plugin.name)))?;
     let runner = plugin.runner;
 
@@ -110,7 +110,7 @@ fn plugin_dir(arg: &str, home: &Home) -> Result<PathBuf, HookCliError> {
         if dir.is_dir() {
             return Ok(dir);
         }
-        let names: Vec<String> = crate::doctor::plugin_dirs(home.plugins_dir())
+        let names: Vec<String> = crate::app::doctor::plugin_dirs(home.plugins_dir())
             .iter()
             .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
             .collect();

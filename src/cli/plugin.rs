@@ -1,5 +1,5 @@
 //! `ctxhost plugin list | install | deps | remove | enable | disable | grant`: the
-//! plugins dir and the operator's records about it (`crate::registry`).
+//! plugins dir and the operator's records about it (`crate::app::registry`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -8,10 +8,13 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 
 use super::{CliResult, show_warnings};
+use crate::app::catalog::{Catalog, Options, State};
+use crate::app::install;
+use crate::app::registry;
 use crate::config::HostConfig;
 use crate::home::Home;
-use crate::plugin::LoadContext;
-use crate::registry::{self, PluginInfo, grants, install, state};
+use crate::host::LoadContext;
+use crate::host::{grants, state};
 
 /// Manage the plugins of the plugins dir.
 #[derive(Debug, Args)]
@@ -65,17 +68,19 @@ enum PluginCommand {
     Grant(GrantArgs),
 }
 
-/// List every plugin of the plugins dir: version, runtime, hooks, enabled, load error.
+/// List every plugin of the plugins dir: version, runtime, hooks, enabled, error.
 ///
-/// Each plugin is loaded as a call would load it, so a load error shown here
-/// is the one a call would get.
+/// Each enabled plugin is loaded as a start would load it and checked as
+/// `ctxhost doctor` checks it (its runtime, its dependencies, a FaustBot
+/// plugin's module imported in its sandbox), so an error shown here is the
+/// one a start or a call would meet.
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Examples:
   ctxhost plugin list
   ctxhost plugin list --json | jq '.[] | select(.error)'")]
 struct ListArgs {
-    /// Print `[{\"name\",\"version\",\"runtime\",\"hooks\":[…],\"enabled\",\"error\"?}]` (the shape of GET /api/plugins)
+    /// Print `[{\"name\",\"version\",\"runtime\",\"hooks\":[…],\"enabled\",\"error\"?,\"state\",\"kind\",…}]` (the shape of GET /api/plugins)
     #[arg(long)]
     json: bool,
 }
@@ -214,7 +219,8 @@ fn load_config(home: &Home) -> Result<HostConfig, Box<dyn std::error::Error>> {
 
 fn list(args: ListArgs, home: &Home, out: &mut impl Write) -> Outcome {
     let config = load_config(home)?;
-    let plugins = registry::survey(home, &config);
+    let cx = LoadContext { home, config: &config, host_env: &LoadContext::process_env };
+    let plugins = Catalog::load(&cx, &Options::check()).statuses();
     let state_error =
         state::disabled(home).err().map(|e| format!("{e}; every plugin counts as disabled until it is fixed"));
     if let Some(e) = &state_error
@@ -223,8 +229,7 @@ fn list(args: ListArgs, home: &Home, out: &mut impl Write) -> Outcome {
         show_warnings(std::slice::from_ref(e));
     }
     if args.json {
-        let infos: Vec<&PluginInfo> = plugins.iter().map(|(info, _)| info).collect();
-        serde_json::to_writer(&mut *out, &infos)?;
+        serde_json::to_writer(&mut *out, &plugins)?;
         writeln!(out)?;
         return Ok(());
     }
@@ -235,17 +240,17 @@ fn list(args: ListArgs, home: &Home, out: &mut impl Write) -> Outcome {
         writeln!(out, "no plugins in `{}`", home.plugins_dir().display())?;
         return Ok(());
     }
-    let width = plugins.iter().map(|(p, _)| p.name.len()).max().unwrap_or(4).max(4);
+    let width = plugins.iter().map(|p| p.name.len()).max().unwrap_or(4).max(4);
     writeln!(out, "{:<width$}  {:<10} {:<8} {:<8} HOOKS", "NAME", "VERSION", "RUNTIME", "ENABLED")?;
-    for (p, warnings) in &plugins {
+    for p in &plugins {
         let enabled = if p.enabled { "yes" } else { "no" };
-        let hooks = match &p.error {
-            Some(e) => format!("error: {e}"),
-            None if p.hooks.is_empty() => "(none)".to_owned(),
-            None => p.hooks.join(", "),
+        let hooks = match (&p.error, p.state) {
+            (Some(e), State::Error) => format!("error: {e}"),
+            _ if p.hooks.is_empty() => "(none)".to_owned(),
+            _ => p.hooks.join(", "),
         };
         writeln!(out, "{:<width$}  {:<10} {:<8} {:<8} {hooks}", p.name, p.version, p.runtime, enabled)?;
-        for w in warnings {
+        for w in &p.warnings {
             writeln!(out, "{:<width$}  warning: {w}", "")?;
         }
         if let Ok(Some(grant)) = grants::get(home, &p.name)

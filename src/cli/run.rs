@@ -7,10 +7,11 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{CliResult, show_warnings};
+use crate::app::catalog::{Catalog, Options};
 use crate::config::HostConfig;
-use crate::engine::stack::{StackEngine, load_stack};
+use crate::engine::stack::StackEngine;
 use crate::home::Home;
-use crate::plugin::LoadContext;
+use crate::host::LoadContext;
 use crate::session::{RunSettings, Turn, TurnReport, parse_transcript};
 
 /// Drive a transcript through the configured engine and show what the model
@@ -105,11 +106,14 @@ pub fn demo(args: DemoArgs) -> CliResult {
 
 fn drive(home: &Home, config: &HostConfig, turns: &[Turn], output: &OutputArgs) -> CliResult {
     let cx = LoadContext { home, config, host_env: &LoadContext::process_env };
-    let (engine, warnings) = load_stack(&cx)?;
+    // Every plugin loaded once; the stack and the agent loop share the loads.
+    let catalog = Catalog::load(&cx, &Options::start(config));
+    show_warnings(&catalog.warnings());
+    let (engine, warnings) = crate::app::stack::build(&catalog, &cx)?;
     show_warnings(&warnings);
     // The agent loop: plugins with agent hooks (tool_call_pre, …) take part
     // in every turn; none installed, none asked.
-    let (agent, warnings) = crate::agent::engine::AgentEngine::load(&cx, engine.metrics().clone(), Some(&engine))
+    let (agent, warnings) = crate::app::agent_loop::build(&catalog, &cx, engine.metrics().clone())
         .map_err(|e| format!("agent-loop host services: {e}"))?;
     show_warnings(&warnings);
     let agent = (!agent.plugins().is_empty()).then_some(agent);

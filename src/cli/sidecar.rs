@@ -7,10 +7,10 @@ use std::time::Duration;
 use clap::Args;
 
 use super::{CliResult, show_warnings};
+use crate::app::load_stack;
 use crate::config::HostConfig;
-use crate::engine::stack::load_stack;
 use crate::home::Home;
-use crate::plugin::LoadContext;
+use crate::host::LoadContext;
 use crate::sidecar::{self, SidecarOptions};
 
 /// Serve LibreFang's sidecar context-engine protocol on stdin/stdout.

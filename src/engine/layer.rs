@@ -15,7 +15,7 @@ use tokio::sync::Semaphore;
 use crate::manifest::{ExecSettings, FailurePolicy};
 use crate::metrics::{CallOutcome, Metrics};
 use crate::protocol::{HookName, HookRequest};
-use crate::runner::{CallOptions, Runner};
+use crate::runner::{CallOptions, ErrorKind, Runner};
 
 /// Retries never wait longer than this.
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(30);
@@ -27,6 +27,9 @@ pub struct LayerFailure {
     pub plugin: String,
     pub hook: HookName,
     pub policy: FailurePolicy,
+    /// The last call's kind; `Unavailable` while the breaker is open,
+    /// `BadReply` for a reply the engine could not use.
+    pub kind: ErrorKind,
     pub message: String,
 }
 
@@ -176,8 +179,10 @@ impl Layer {
                     tokio::time::sleep(delay).await;
                     elapsed += delay;
                 }
-                Err(e) if attempt > 0 => break Err(format!("Hook script failed after {attempt} retries: {e}")),
-                Err(e) => break Err(e.to_string()),
+                Err(e) if attempt > 0 => {
+                    break Err((e.kind(), format!("Hook script failed after {attempt} retries: {e}")));
+                }
+                Err(e) => break Err((e.kind(), e.to_string())),
             }
         };
         match result {
@@ -189,14 +194,14 @@ impl Layer {
                 }
                 Ok(Some(reply))
             }
-            Err(message) => {
+            Err((kind, message)) => {
                 self.breaker_failure(hook);
                 let outcome = match self.settings.on_hook_failure {
                     FailurePolicy::Abort => CallOutcome::Failure,
                     _ => CallOutcome::Fallback,
                 };
                 self.metrics.record(&self.name, hook, elapsed, outcome);
-                Err(self.failure(hook, message))
+                Err(self.failure(hook, kind, message))
             }
         }
     }
@@ -208,7 +213,7 @@ impl Layer {
         let key = (hook, <[u8; 32]>::from(Sha256::digest(request.to_json_line())));
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
         self.breaker_failure(hook);
-        self.failure(hook, format!("unusable reply: {reason}"))
+        self.failure(hook, ErrorKind::BadReply, format!("unusable reply: {reason}"))
     }
 
     /// Caches a reply, dropping expired entries and, past the capacity, the oldest.
@@ -223,8 +228,8 @@ impl Layer {
         cache.insert(key, (now, reply));
     }
 
-    fn failure(&self, hook: HookName, message: String) -> LayerFailure {
-        LayerFailure { plugin: self.name.clone(), hook, policy: self.settings.on_hook_failure, message }
+    fn failure(&self, hook: HookName, kind: ErrorKind, message: String) -> LayerFailure {
+        LayerFailure { plugin: self.name.clone(), hook, policy: self.settings.on_hook_failure, kind, message }
     }
 
     fn cached(&self, key: &CacheKey, ttl: Duration) -> Option<Value> {
@@ -256,7 +261,8 @@ impl Layer {
         drop(breakers);
         if open {
             self.metrics.record(&self.name, hook, Duration::ZERO, CallOutcome::Fallback);
-            return Err(self.failure(hook, format!("circuit-open: '{hook}' suspended after repeated failures")));
+            let message = format!("circuit-open: '{hook}' suspended after repeated failures");
+            return Err(self.failure(hook, ErrorKind::Unavailable, message));
         }
         Ok(())
     }
@@ -351,6 +357,7 @@ mod tests {
         let err = rt().block_on(l.call(&ingest("a", "m"))).unwrap_err();
         assert_eq!(err.policy, FailurePolicy::Abort);
         assert_eq!(err.message, "Hook script failed after 1 retries: Hook timed out after 1s");
+        assert_eq!(err.kind, ErrorKind::Timeout, "the last attempt's kind");
     }
 
     #[test]
@@ -391,6 +398,7 @@ mod tests {
         }
         let err = rt.block_on(l.call(&req)).unwrap_err();
         assert_eq!(err.message, "circuit-open: 'ingest' suspended after repeated failures");
+        assert_eq!(err.kind, ErrorKind::Unavailable);
         assert_eq!(runner.calls.load(Ordering::SeqCst), 2);
     }
 

@@ -66,7 +66,7 @@ pub enum EngineError {
     /// `plugins-state.toml` cannot be read: which plugins the operator
     /// turned off is unknown, so nothing starts.
     #[error("{0}; ctxhost does not start without knowing which plugins are disabled (fix or remove the file)")]
-    StateFile(#[source] crate::registry::StoreError),
+    StateFile(#[source] crate::host::filestore::StoreError),
     /// after_turn's write to the built-in memory failed: the turn is lost
     /// unless the caller sends it again.
     #[error("the turn was not stored in the built-in memory: {0}")]

@@ -22,11 +22,11 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use super::{PLUGIN_JSON, PluginJson, PluginJsonError, shim};
+use crate::host::LoadContext;
+use crate::host::grants::{self, Grant};
 use crate::manifest::{Manifest, ManifestError};
-use crate::plugin::LoadContext;
-use crate::registry::grants::{self, Grant};
-use crate::registry::venv::{self, VenvError};
 use crate::runner::process::Launcher;
+use crate::runner::process::venv::{self, VenvError};
 
 /// Whether [`prepare`] may build the environment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,7 +99,7 @@ fn base_python(pj: &PluginJson, dir: &Path, cx: &LoadContext<'_>) -> Result<Path
     let access = |plugin: &str, var: &str| cx.env_access(plugin, var);
     let table = super::generated_manifest(pj, cx);
     let loaded = Manifest::from_generated(&dir.join(PLUGIN_JSON), dir, &pj.id, &table, &access)?;
-    match crate::plugin::system_launcher(&loaded.manifest, cx) {
+    match crate::runner::process::system_launcher(&loaded.manifest, cx) {
         Launcher::Program { program, .. } => Ok(program),
         Launcher::Missing { launcher, reason } => Err(DepsError::NoPython {
             id: pj.id.clone(),

@@ -11,7 +11,7 @@
 //!   *before* the module is first imported (from `requirements.txt`, else
 //!   from a static read of the list `register_pip_deps` returns), when the
 //!   operator asks (`ctxhost plugin deps <id>`, or installs at start turned on).
-//! - [`load`]: the plugin as a [`LoadedPlugin`]: a generated manifest (the
+//! - [`generate`]: the plugin as the loader (`plugin`) takes it: a generated manifest (the
 //!   worker settings, every hook the shim maps, pointed at the entry file),
 //!   the shim's worker on the launcher's command line, the shim readable
 //!   under the sandbox. What the plugin registers (tools, schedules,
@@ -28,8 +28,8 @@ use std::path::Path;
 
 pub use manifest::{PLUGIN_JSON, PluginJson, PluginJsonError};
 
+use crate::host::LoadContext;
 use crate::manifest::{MANIFEST_FILE, Manifest};
-use crate::plugin::{HostFiles, LoadContext, LoadError, LoadedPlugin, Venv};
 use crate::protocol::HookName;
 
 /// Whether `dir` holds a FaustBot plugin: a plugin.json and no plugin.toml.
@@ -58,7 +58,7 @@ fn generated_manifest(pj: &PluginJson, cx: &LoadContext<'_>) -> toml::Table {
     // A FaustBot plugin keeps state in memory between calls (FaustBot never
     // restarts it), so its worker is not stopped for being idle (a day).
     hooks.insert("worker_idle_secs".into(), toml::Value::Integer(86_400));
-    let grant = crate::registry::grants::get(cx.home, &pj.id).ok().flatten().unwrap_or_default();
+    let grant = crate::host::grants::get(cx.home, &pj.id).ok().flatten().unwrap_or_default();
     let paths = |ps: &[std::path::PathBuf]| {
         toml::Value::Array(ps.iter().map(|p| toml::Value::String(p.to_string_lossy().into_owned())).collect())
     };
@@ -85,32 +85,50 @@ fn generated_manifest(pj: &PluginJson, cx: &LoadContext<'_>) -> toml::Table {
     table
 }
 
-/// Loads the FaustBot plugin in `dir` (without running any of its code).
+/// A FaustBot plugin as the plugin loader takes it: its plugin.json, the
+/// manifest generated from it (checked, not yet narrowed by the grant), and
+/// what the shim adds to the worker's command line and readable files.
+pub struct Generated {
+    pub plugin_json: PluginJson,
+    pub loaded: crate::manifest::Loaded,
+    /// Arguments before the entry file: python's isolated mode and the
+    /// shim's worker main.
+    pub launcher_args: Vec<std::ffi::OsString>,
+    /// Host files the hook must be able to read under the sandbox (the shim).
+    pub readable: Vec<std::path::PathBuf>,
+    pub warnings: Vec<String>,
+}
+
+/// Why a FaustBot plugin's manifest could not be generated.
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    #[error(transparent)]
+    PluginJson(#[from] PluginJsonError),
+    #[error(transparent)]
+    Manifest(#[from] crate::manifest::ManifestError),
+    #[error("the FaustBot shim: {0}")]
+    Shim(String),
+}
+
+/// Reads the FaustBot plugin in `dir` into a generated manifest (without
+/// running any of its code) and writes the shim it will run under.
 ///
 /// # Errors
-/// A bad plugin.json (naming file, key and reason), a shim that cannot be
-/// written, or what loading a script plugin can fail with.
-pub fn load(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, LoadError> {
-    let (pj, mut warnings) = PluginJson::load(dir)?;
-    let shim_dir = shim::install(cx.home).map_err(LoadError::Shim)?;
-    let table = generated_manifest(&pj, cx);
+/// A bad plugin.json (naming file, key and reason) or a shim that cannot be
+/// written.
+pub fn generate(dir: &Path, cx: &LoadContext<'_>) -> Result<Generated, GenerateError> {
+    let (plugin_json, warnings) = PluginJson::load(dir)?;
+    let shim_dir = shim::install(cx.home).map_err(GenerateError::Shim)?;
+    let table = generated_manifest(&plugin_json, cx);
     let access = |plugin: &str, var: &str| cx.env_access(plugin, var);
-    let loaded = Manifest::from_generated(&dir.join(PLUGIN_JSON), dir, &pj.id, &table, &access)?;
-    let loaded = crate::plugin::granted(loaded, cx);
+    let loaded = Manifest::from_generated(&dir.join(PLUGIN_JSON), dir, &plugin_json.id, &table, &access)?;
     // Isolated mode: no `PYTHON*` variable, no user site; the worker puts
     // the shim, then the plugin dir, on `sys.path` itself.
-    let host_files = HostFiles {
+    Ok(Generated {
+        plugin_json,
+        loaded,
         launcher_args: vec!["-I".into(), shim_dir.join(shim::WORKER).into_os_string()],
         readable: vec![shim_dir],
-    };
-    let (runner, w) = crate::plugin::script_runner_with(loaded, cx, Venv::OfPlugin, &host_files)?;
-    warnings.extend(w);
-    let mut plugin = LoadedPlugin::script(runner, warnings);
-    // Until its `register` answers, the plugin takes part in no chain (its
-    // worker is busy starting it; a chain waiting on it could deadlock with
-    // a service call of its own startup). The answer says which hooks it has.
-    plugin.hooks = [HookName::Register, HookName::Unload].into_iter().collect();
-    plugin.agent.priority = Some(pj.priority);
-    plugin.faust = Some(std::sync::Arc::new(pj));
-    Ok(plugin)
+        warnings,
+    })
 }

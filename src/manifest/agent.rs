@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::error::{ManifestError, ManifestErrorKind};
 use super::reader::Reader;
-use crate::agent::config::{Field, parse_schema};
+use super::schema::{Field, parse_schema};
 
 /// The top-level keys this module reads.
 pub const AGENT_KEYS: &[&str] =

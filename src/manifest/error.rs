@@ -26,6 +26,10 @@ pub enum ManifestErrorKind {
     Integrity { path: String, expected: String, actual: String },
     #[error("requires plugin '{0}' but it is not installed. Install it first.")]
     MissingDependency(String),
+    /// An unknown `[hooks]` key within "did you mean" distance of a hook
+    /// name: the hook it meant would silently never be called.
+    #[error("`{key}` is not a hook, so the hook it names would never be called; did you mean `{hook}`?")]
+    MisspeltHook { key: String, hook: String },
 }
 
 /// A refused plugin.toml.

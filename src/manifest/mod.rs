@@ -16,6 +16,7 @@ mod error;
 mod reader;
 mod runtime;
 mod sandbox;
+pub mod schema;
 mod settings;
 
 use std::collections::BTreeMap;
@@ -340,6 +341,12 @@ impl Manifest {
             HookName::ALL.iter().map(|h| h.as_str()).chain(SETTING_KEYS.iter().copied()).collect();
         let top_known: Vec<&str> = TOP_KEYS.iter().chain(SETTING_KEYS).copied().collect();
         let (unknown, mut warnings) = r.finish(&top_known, &hooks_known);
+        if let Some(toml::Value::Table(unknown_hooks)) = unknown.get("hooks")
+            && let Some((key, hook)) = unknown_hooks.keys().find_map(|k| misspelt_hook(k, &hooks_known).map(|h| (k, h)))
+        {
+            let kind = ManifestErrorKind::MisspeltHook { key: key.clone(), hook: hook.to_owned() };
+            return Err(fail(Some(&format!("hooks.{key}")), kind));
+        }
 
         check_integrity(&dir, &integrity).map_err(|(key, kind)| fail(Some(&key), kind))?;
         for dep in &plugin_depends {
@@ -384,6 +391,18 @@ impl Manifest {
 }
 
 /// `[sandbox]`: limits and grants, with defaults.
+/// The hook an unknown `[hooks]` key most likely meant, when the nearest
+/// known key (hooks and settings alike) is a hook name within "did you mean"
+/// distance: `ingset` → `ingest`. A key nearer a setting (`hook_timeout`) or
+/// near nothing stays an ignored key with a warning.
+fn misspelt_hook<'a>(key: &str, hooks_known: &[&'a str]) -> Option<&'a str> {
+    if reader::LIBREFANG_ONLY.contains(&key) {
+        return None;
+    }
+    let nearest = crate::hint::closest(key, hooks_known.iter().copied())?;
+    HookName::ALL.iter().any(|h| h.as_str() == nearest).then_some(nearest)
+}
+
 fn read_sandbox(r: &mut Reader<'_>, dir: &Path) -> Result<Sandbox, ManifestError> {
     let mut sandbox = Sandbox::default();
     let Some(table) = r.top::<toml::Value>("sandbox")? else { return Ok(sandbox) };

@@ -142,7 +142,7 @@ impl<'a> Reader<'a> {
 }
 
 /// LibreFang keys outside the spec's table that ctxhost does not act on.
-const LIBREFANG_ONLY: &[&str] =
+pub(super) const LIBREFANG_ONLY: &[&str] =
     &["hook_protocol_version", "hook_schemas", "env_schema", "enable_shared_state", "otel_endpoint", "allowed_secrets"];
 
 fn describe_unknown(key: &str, hint: String) -> String {

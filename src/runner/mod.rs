@@ -7,17 +7,13 @@ mod error;
 pub mod process;
 pub mod wasm;
 
-use std::future::Future;
-use std::pin::Pin;
-
 use serde_json::Value;
 
-pub use error::HookError;
+pub use error::{ErrorKind, HookError};
 
 use crate::protocol::HookRequest;
 
-/// A boxed, sendable future (runners are used as trait objects).
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub use crate::host::BoxFuture;
 
 /// Per-call adjustments.
 #[derive(Debug, Clone, Default)]
@@ -53,7 +49,7 @@ pub trait Runner: Send + Sync {
     /// runners whose plugins call them during a hook: persistent workers
     /// with `worker_protocol = "jsonrpc"` and components. The last attached
     /// wins; without one, a service call is answered with an error.
-    fn attach_services(&self, services: std::sync::Arc<crate::agent::services::PluginServices>) {
+    fn attach_services(&self, services: std::sync::Arc<crate::host::services::PluginServices>) {
         let _ = services;
     }
 

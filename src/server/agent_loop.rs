@@ -16,20 +16,24 @@ use serde_json::{Map, Value, json};
 use super::AppState;
 use super::body::{self, JsonReply};
 use crate::agent::engine::{AgentError, Blocked, ToolOutcome, subject};
-use crate::agent::vfs::Read;
+use crate::host::vfs::Read;
 use crate::protocol::HookName;
 
 fn blocked(b: &Blocked) -> JsonReply {
     JsonReply::with_status(StatusCode::FORBIDDEN, json!({"blocked": b.reason, "plugin": b.plugin}))
 }
 
+/// A plugin call that failed answers with the status of its kind
+/// ([`body::hook_failure_status`]).
 fn agent_error(e: AgentError) -> JsonReply {
-    let status = match e {
+    let status = match &e {
+        AgentError::Failed { plugin, hook, error } => {
+            return JsonReply::hook_failure(error.kind(), e.to_string(), plugin, hook.as_str());
+        }
         AgentError::UnknownTool { .. } | AgentError::UnknownPlugin { .. } | AgentError::NoHook { .. } => {
             StatusCode::NOT_FOUND
         }
         AgentError::NotAnObject { .. } => StatusCode::BAD_REQUEST,
-        _ => StatusCode::BAD_GATEWAY,
     };
     JsonReply::error(status, e.to_string())
 }
@@ -159,7 +163,7 @@ pub(crate) async fn put_config(
     };
     match plugin.services.set_config(&values) {
         Ok(values) => JsonReply::ok(json!({"values": values})),
-        Err(e) if e.code == crate::agent::services::code::INVALID_PARAMS => JsonReply::bad_request(e.message),
+        Err(e) if e.code == crate::host::services::code::INVALID_PARAMS => JsonReply::bad_request(e.message),
         Err(e) => JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, e.message),
     }
 }
@@ -179,7 +183,7 @@ pub(crate) struct VfsQuery {
 /// `GET /api/vfs?path=/a/b` → `{"path","content"}` (symbolic nodes computed
 /// by their plugin), `{"path","children"}`, or 404.
 pub(crate) async fn vfs(State(state): State<Arc<AppState>>, Query(q): Query<VfsQuery>) -> JsonReply {
-    let path = crate::agent::vfs::normalize(q.path.as_deref().unwrap_or("/"));
+    let path = crate::host::vfs::normalize(q.path.as_deref().unwrap_or("/"));
     match state.agent.shared().read_vfs(&path, None).await {
         Ok(Some(Read::Text(content))) => JsonReply::ok(json!({"path": path, "content": content})),
         Ok(Some(Read::Directory(children))) => JsonReply::ok(json!({"path": path, "children": children})),
@@ -287,13 +291,18 @@ pub(crate) async fn plugins(State(state): State<Arc<AppState>>) -> JsonReply {
                 "frontend": d.frontend,
                 "refused": d.refused,
                 "permissions": p.faust.as_ref().map(|f| f.permissions.clone()),
+                "state": crate::app::catalog::State::Loaded,
             })
         })
         .collect();
-    let failed: Vec<Value> =
-        state.agent.failed().into_iter().map(|(name, error)| json!({"name": name, "error": error})).collect();
+    // The catalog's errors of plugins that asked for the agent loop (a
+    // failed start, dependencies, a load error), as every surface shows them.
+    let failed = state.catalog.entries();
+    let failed = failed.values().filter(|e| e.agent_candidate && e.status.state == crate::app::catalog::State::Error);
     let mut list = list;
-    list.extend(failed);
+    list.extend(failed.map(
+        |e| json!({"name": e.status.name, "state": e.status.state, "kind": e.status.kind, "error": e.status.error}),
+    ));
     JsonReply::ok(Value::Array(list))
 }
 
@@ -312,7 +321,7 @@ pub(crate) async fn communicate(State(state): State<Arc<AppState>>, Path(id): Pa
         Err(reply) => return reply,
     };
     let installed = super::reload::plugin_dir(&state, &id).is_ok();
-    if installed && !crate::registry::is_enabled(&state.home, &id) {
+    if installed && !crate::app::registry::is_enabled(&state.home, &id) {
         return JsonReply::detail(StatusCode::SERVICE_UNAVAILABLE, format!("Plugin is disabled: {id}"));
     }
     if state.agent.plugin(&id).is_none() {
@@ -326,7 +335,19 @@ pub(crate) async fn communicate(State(state): State<Arc<AppState>>, Path(id): Pa
         Err(AgentError::NotAnObject { .. }) => {
             JsonReply::detail(StatusCode::BAD_REQUEST, format!("Plugin communicate result must be dict: {id}"))
         }
-        Err(e) => JsonReply::detail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        // FaustBot's 500 for a plugin that failed, whatever the kind (the
+        // route's shape, like test-hook's 400); the body says the kind.
+        Err(e) => {
+            let kind = match &e {
+                AgentError::Failed { error, .. } => Some(error.kind()),
+                _ => None,
+            };
+            let mut reply = JsonReply::detail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+            if let Some(kind) = kind {
+                reply.body["kind"] = json!(kind.as_str());
+            }
+            reply
+        }
     }
 }
 

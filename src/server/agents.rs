@@ -121,14 +121,12 @@ async fn run(state: &AppState, request: HookRequest, fill_pressure: bool) -> Res
     })
 }
 
-/// A plugin that failed under `abort` is the upstream's fault (502); the
-/// host's own failures are 500.
+/// A plugin that failed under `abort` answers with the status of its kind
+/// ([`body::hook_failure_status`]: 502, 504 for a timeout, …); the host's
+/// own failures are 500.
 fn engine_failure(e: EngineError) -> JsonReply {
     match &e {
-        EngineError::Plugin(f) => JsonReply::with_status(
-            StatusCode::BAD_GATEWAY,
-            json!({"error": e.to_string(), "plugin": f.plugin, "hook": f.hook.as_str()}),
-        ),
+        EngineError::Plugin(f) => JsonReply::hook_failure(f.kind, e.to_string(), &f.plugin, f.hook.as_str()),
         _ => JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }

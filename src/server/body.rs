@@ -6,6 +6,27 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use crate::runner::ErrorKind;
+
+/// The one mapping from why a plugin call failed to the status of a route
+/// that reports it. The plugin is the upstream and ctxhost the gateway: a
+/// plugin that misbehaved is a 502, one too slow a 504, one that cannot run
+/// now a 503, a hook it does not have a 404; the host's own failure is a 500.
+pub(crate) fn hook_failure_status(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::NotDeclared => StatusCode::NOT_FOUND,
+        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
+        ErrorKind::OutOfFuel
+        | ErrorKind::MemoryLimit
+        | ErrorKind::GuestPanic
+        | ErrorKind::Crashed
+        | ErrorKind::Failed
+        | ErrorKind::BadReply => StatusCode::BAD_GATEWAY,
+        ErrorKind::Host => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 /// A status and a JSON value.
 #[derive(Debug)]
 pub(crate) struct JsonReply {
@@ -35,6 +56,15 @@ impl JsonReply {
 
     pub fn bad_request(message: impl Into<String>) -> Self {
         JsonReply::error(StatusCode::BAD_REQUEST, message)
+    }
+
+    /// A plugin call that failed: `{"error", "kind", "plugin", "hook"}` with
+    /// the status of its kind ([`hook_failure_status`]).
+    pub fn hook_failure(kind: ErrorKind, message: String, plugin: &str, hook: &str) -> Self {
+        JsonReply::with_status(
+            hook_failure_status(kind),
+            json!({"error": message, "kind": kind.as_str(), "plugin": plugin, "hook": hook}),
+        )
     }
 }
 

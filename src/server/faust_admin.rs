@@ -12,9 +12,11 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::body::JsonReply;
+use crate::app::catalog::State as PluginState;
 
 /// `GET /faust/admin/plugins`: every agent-loop plugin as FaustBot lists
-/// them, plus the ones that failed to start (`"error"`).
+/// them, plus the catalog's errors of plugins that asked for the loop
+/// (`"state":"error"` with `"error"`).
 pub(crate) async fn list(State(state): State<Arc<AppState>>) -> JsonReply {
     let health = state.agent.health().await;
     let mut items: Vec<Value> = state
@@ -43,11 +45,24 @@ pub(crate) async fn list(State(state): State<Arc<AppState>>) -> JsonReply {
                     "values": config["values"],
                 },
                 "health": health.get(&p.name).cloned().unwrap_or(json!({"status": "unknown"})),
+                "state": PluginState::Loaded,
             })
         })
         .collect();
-    for (name, error) in state.agent.failed() {
-        items.push(json!({"id": name, "enabled": true, "error": error, "health": {"status": "error", "error": error}}));
+    // The catalog's errors of plugins that asked for the agent loop.
+    let entries = state.catalog.entries();
+    let failed = entries.values().filter(|e| e.agent_candidate && e.status.state == PluginState::Error);
+    for e in failed {
+        let error = e.status.error.as_deref().unwrap_or_default();
+        items.push(json!({
+            "id": e.status.name,
+            "name": e.status.name,
+            "version": e.status.version,
+            "enabled": e.status.enabled,
+            "state": e.status.state,
+            "error": error,
+            "health": {"status": "error", "error": error},
+        }));
     }
     JsonReply::ok(json!({"status": "ok", "items": items}))
 }
@@ -66,7 +81,7 @@ async fn set_enabled(State(state): State<Arc<AppState>>, Path(id): Path<String>,
     if super::reload::plugin_dir(&state, &id).is_err() {
         return JsonReply::detail(StatusCode::NOT_FOUND, format!("Plugin not found: {id}"));
     }
-    if let Err(e) = crate::registry::state::set_enabled(&state.home, &id, enabled) {
+    if let Err(e) = crate::host::state::set_enabled(&state.home, &id, enabled) {
         return JsonReply::detail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
     }
     match super::reload::reload(&state, &id).await {

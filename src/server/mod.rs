@@ -42,11 +42,12 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::{get, patch, post};
 
+use crate::app::catalog::{Catalog, Options};
 use crate::config::HostConfig;
 use crate::engine::ContextEngine;
-use crate::engine::stack::{StackEngine, load_stack};
+use crate::engine::stack::StackEngine;
 use crate::home::Home;
-use crate::plugin::LoadContext;
+use crate::host::LoadContext;
 use crate::protocol::BootstrapRequest;
 
 pub use auth::AddressPolicyError;
@@ -81,7 +82,7 @@ pub enum ServeError {
     #[error("cannot watch the plugins dir for --watch: {0}")]
     Watch(String),
     #[error("agent-loop host services: {0}")]
-    Agent(crate::agent::services::ServiceError),
+    Agent(crate::host::services::ServiceError),
     #[error("the server stopped: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -91,6 +92,9 @@ pub(crate) struct AppState {
     home: Home,
     config: HostConfig,
     engine: StackEngine,
+    /// Every plugin of the home: its one load and its status (what the
+    /// plugin routes, doctor and reload read and write).
+    catalog: Catalog,
     /// The agent loop: every enabled plugin with agent hooks or registrations.
     agent: Arc<crate::agent::engine::AgentEngine>,
     token: Option<String>,
@@ -115,12 +119,11 @@ pub struct Server {
 }
 
 impl Server {
-    /// Loads the configured stack, bootstraps it and binds `options.addr`.
-    /// Load warnings are logged.
+    /// [`Routes::load`], then binds `options.addr` (and starts `--watch`).
     ///
     /// # Errors
-    /// A non-loopback address without a token, a port in use, or a memory
-    /// database that cannot be opened.
+    /// A non-loopback address without a token, a port in use, or what
+    /// [`Routes::load`] fails with.
     pub async fn bind(home: Home, config: HostConfig, options: ServeOptions) -> Result<Server, ServeError> {
         auth::check_address(options.addr, options.token.as_deref())?;
         // What a daemon killed before left in the temp dir goes first.
@@ -161,27 +164,31 @@ pub struct Routes {
 }
 
 impl Routes {
-    /// Loads the configured stack and the agent loop from `home`, starts the
-    /// plugins that register at run time, bootstraps the stack and starts
-    /// the timers. Load warnings are logged. `token` guards the mutating routes.
+    /// Loads the catalog of `home` (every plugin once), builds the stack and
+    /// the agent loop from it, starts the plugins that register at run time,
+    /// bootstraps the stack and starts the timers. Load warnings are logged.
+    /// `token` guards the mutating routes.
     ///
     /// # Errors
     /// The memory database or the agent loop's state cannot be opened, or
     /// bootstrap fails.
     pub async fn load(home: Home, config: HostConfig, token: Option<String>) -> Result<Routes, ServeError> {
-        let (engine, warnings) = {
-            let cx = LoadContext { home: &home, config: &config, host_env: &LoadContext::process_env };
-            // Nothing is served yet, so blocking this task for the load holds up nobody.
-            load_stack(&cx)?
-        };
-        for w in warnings {
-            tracing::warn!("{w}");
-        }
-        let (agent, warnings) = {
-            let cx = LoadContext { home: &home, config: &config, host_env: &LoadContext::process_env };
-            crate::agent::engine::AgentEngine::load(&cx, engine.metrics().clone(), Some(&engine))
-                .map_err(ServeError::Agent)?
-        };
+        // Every plugin loaded once (and pip run, when the operator asked) on
+        // the blocking pool; the stack and the agent loop share the loads.
+        let (loader_home, loader_config) = (home.clone(), config.clone());
+        let (catalog, engine, agent, warnings) = tokio::task::spawn_blocking(move || {
+            let cx = LoadContext { home: &loader_home, config: &loader_config, host_env: &LoadContext::process_env };
+            let catalog = Catalog::load(&cx, &Options::start(&loader_config));
+            let mut warnings = catalog.warnings();
+            let (engine, w) = crate::app::stack::build(&catalog, &cx)?;
+            warnings.extend(w);
+            let (agent, w) =
+                crate::app::agent_loop::build(&catalog, &cx, engine.metrics().clone()).map_err(ServeError::Agent)?;
+            warnings.extend(w);
+            Ok::<_, ServeError>((catalog, engine, agent, warnings))
+        })
+        .await
+        .map_err(|e| ServeError::Io(std::io::Error::other(format!("loading the plugins failed: {e}"))))??;
         for w in warnings {
             tracing::warn!("{w}");
         }
@@ -189,6 +196,8 @@ impl Routes {
         for w in agent.start().await {
             tracing::warn!("{w}");
         }
+        // What failed to start is an error in the catalog too.
+        catalog.sync(&engine, &agent);
         let engine_config = &config.context_engine;
         let bootstrap = BootstrapRequest {
             context_window_tokens: engine_config.context_window_tokens,
@@ -203,6 +212,7 @@ impl Routes {
             home,
             config,
             engine,
+            catalog,
             agent,
             token,
             reload_lock: tokio::sync::Mutex::new(()),

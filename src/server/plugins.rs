@@ -1,6 +1,8 @@
 //! LibreFang's plugin routes (spec section 9) and `GET /api/plugins`.
-//! Each reads the plugins dir when called: nothing here is cached, so a
-//! plugin that appears while the daemon runs is usable at once.
+//! The list and doctor report the daemon's catalog (one status per plugin,
+//! the one `ctxhost doctor` and `plugin list` compute); each route also
+//! reads the plugins dir when called, so a plugin that appears while the
+//! daemon runs is listed, test-hookable and reloadable at once.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,19 +18,28 @@ use super::reload::{self, ReloadError};
 use crate::protocol::{HookName, HookRequest};
 use crate::runner::{CallOptions, Runner};
 
-/// `GET /api/plugins`: `[{"name","version","runtime","hooks","enabled","error"?}]`.
+/// `GET /api/plugins`: the catalog's status of every plugin of the plugins
+/// dir (`[{"name","version","runtime","hooks","enabled","error"?,"state",…}]`):
+/// what the daemon runs, and a plugin that appeared since, loaded at a glance.
 pub(crate) async fn list(State(state): State<Arc<AppState>>) -> JsonReply {
     let reader = state.clone();
-    match tokio::task::spawn_blocking(move || crate::registry::list_plugins(&reader.home, &reader.config)).await {
+    match tokio::task::spawn_blocking(move || reader.catalog.current(&reader.load_context())).await {
         Ok(list) => JsonReply::ok(serde_json::to_value(list).unwrap_or(Value::Array(Vec::new()))),
         Err(e) => JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, format!("listing plugins failed: {e}")),
     }
 }
 
-/// `GET /api/plugins/doctor`: `{"runtimes":[…],"plugins":[…]}`.
+/// `GET /api/plugins/doctor`: `{"runtimes":[…],"plugins":[…],"sandbox":{…}}`,
+/// the plugins as `GET /api/plugins` lists them (plus the manual hooks).
 pub(crate) async fn doctor(State(state): State<Arc<AppState>>) -> JsonReply {
     let reader = state.clone();
-    match tokio::task::spawn_blocking(move || crate::doctor::report(&reader.load_context())).await {
+    let report = tokio::task::spawn_blocking(move || {
+        let cx = reader.load_context();
+        let mut plugins = reader.catalog.current(&cx);
+        plugins.extend(reader.catalog.manual().map(|m| m.status));
+        crate::app::doctor::report_of(plugins, &cx)
+    });
+    match report.await {
         Ok(report) => JsonReply::ok(serde_json::to_value(report).unwrap_or_default()),
         Err(e) => JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, format!("the doctor failed: {e}")),
     }
@@ -107,8 +118,12 @@ pub(crate) async fn engine_metrics(State(state): State<Arc<AppState>>) -> axum::
 
 /// `POST /api/plugins/{name}/test-hook` `{"hook","input"}`: runs exactly
 /// that plugin's hook (no policies, no fallback), like `ctxhost hook`. A
-/// plugin in the stack answers with its live version; any other is loaded
-/// from the plugins dir for the call.
+/// plugin the daemon loaded answers with its live version (the load the
+/// stack and the agent loop share); any other is loaded from the plugins
+/// dir for the call. A failed call is LibreFang's 400
+/// whatever its kind (the one route that does not use
+/// [`body::hook_failure_status`]: its status is the spec's); the body says
+/// the kind.
 pub(crate) async fn test_hook(State(state): State<Arc<AppState>>, Path(name): Path<String>, bytes: Bytes) -> JsonReply {
     let dir = match reload::plugin_dir(&state, &name) {
         Ok(dir) => dir,
@@ -146,8 +161,11 @@ pub(crate) async fn test_hook(State(state): State<Arc<AppState>>, Path(name): Pa
         Ok(r) => r,
         Err(e) => return failed(e.to_string(), 0.0),
     };
-    let runner: Arc<dyn Runner> = match state.engine.layer(&name) {
-        Some(layer) => layer.runner().clone(),
+    // The daemon's one load when it has one (the runner the stack and the
+    // agent loop share: no second worker pool).
+    let live = state.catalog.entry(&name).and_then(|e| e.plugin).map(|p| p.runner.clone());
+    let runner: Arc<dyn Runner> = match state.engine.layer(&name).map(|l| l.runner().clone()).or(live) {
+        Some(runner) => runner,
         None => {
             let loader = state.clone();
             let loaded = tokio::task::spawn_blocking(move || crate::plugin::load_plugin(&dir, &loader.load_context()))
@@ -171,6 +189,11 @@ pub(crate) async fn test_hook(State(state): State<Arc<AppState>>, Path(name): Pa
         Ok(output) => JsonReply::ok(
             json!({"hook": hook.as_str(), "plugin": name, "success": true, "elapsed_ms": elapsed_ms, "output": output}),
         ),
-        Err(e) => failed(e.to_string(), elapsed_ms),
+        // LibreFang's 400 (spec section 9), with the failure's kind.
+        Err(e) => {
+            let mut reply = failed(e.to_string(), elapsed_ms);
+            reply.body["kind"] = json!(e.kind().as_str());
+            reply
+        }
     }
 }

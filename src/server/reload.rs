@@ -1,13 +1,16 @@
-//! Reloading one plugin: re-read its manifest, re-resolve launchers,
-//! recompile a component, then swap it into the stack atomically. A plugin
-//! that fails to load changes nothing — the old version keeps answering.
+//! Reloading one plugin: the catalog loads it afresh through the one path a
+//! start takes (`app::catalog::load_one`: its FaustBot dependencies, its
+//! manifest, launcher, component, checks), then this swaps that one load
+//! into the stack and the agent loop atomically and records it in the
+//! catalog. A plugin that fails to load or to start changes nothing — the
+//! old version keeps answering, and its status says a reload failed.
 
 use std::sync::Arc;
 
 use serde::Serialize;
 
 use super::AppState;
-use crate::plugin::load_plugin;
+use crate::app::catalog::{self, Options, State};
 
 /// What a successful reload reports (LibreFang's `{name, version, hooks_valid, …}`).
 #[derive(Debug, Clone, Serialize)]
@@ -32,57 +35,63 @@ pub(crate) enum ReloadError {
 }
 
 /// Reloads plugin `name` of the plugins dir. A disabled plugin is taken
-/// out of the stack instead (its slot stays for a later reload).
+/// out of the stack and the agent loop instead (its stack slot stays for a
+/// later reload).
 pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded, ReloadError> {
-    let dir = plugin_dir(state, name)?;
+    plugin_dir(state, name)?;
     let _one_at_a_time = state.reload_lock.lock().await;
     let loader = state.clone();
     let plugin_name = name.to_owned();
-    let plugin = tokio::task::spawn_blocking(move || {
+    let entry = tokio::task::spawn_blocking(move || {
         let cx = loader.load_context();
-        if crate::faust::is_faust_plugin(&dir) && crate::registry::is_enabled(&loader.home, &plugin_name) {
-            // Dependencies go in before the module is first imported — and
-            // only when the operator turned installs at start on.
-            let install = crate::faust::deps::Install::at_start(cx.config);
-            let prepared = crate::faust::deps::prepare(&dir, &cx, install)
-                .map_err(|e| format!("plugin '{plugin_name}': its dependencies: {e}"))?;
-            loader.agent.set_deps_declared(&plugin_name, prepared.declared);
-        }
-        let plugin = load_plugin(&dir, &cx).map_err(|e| e.to_string())?;
-        // Loading succeeds for a plugin whose launcher is missing (a call
-        // would say so); a reload must not swap such a plugin in.
-        plugin.runner.ready().map_err(|e| format!("plugin '{}' cannot run: {e}", plugin.name))?;
-        Ok::<_, String>(plugin)
+        catalog::load_one(&plugin_name, &cx, &Options::start(&loader.config))
     })
     .await
-    .map_err(|e| ReloadError::Invalid(format!("the reload task failed: {e}")))?
-    .map_err(ReloadError::Invalid)?;
+    .map_err(|e| ReloadError::Invalid(format!("the reload task failed: {e}")))?;
+    let status = &entry.status;
     let mut report = Reloaded {
-        name: plugin.name.clone(),
-        version: plugin.version.clone(),
-        runtime: plugin.settings.runtime.to_string(),
-        hooks_valid: true,
-        hooks: plugin.hooks.iter().map(|h| h.as_str().to_owned()).collect(),
+        name: name.to_owned(),
+        version: status.version.clone(),
+        runtime: status.runtime.clone(),
+        hooks_valid: status.hooks_valid,
+        hooks: status.hooks.clone(),
         active: false,
-        warnings: plugin.warnings.clone(),
+        warnings: status.warnings.clone(),
     };
-    if !crate::registry::is_enabled(&state.home, name) {
-        if state.engine.clear_layer(name) {
-            tracing::info!(plugin = %name, "disabled: taken out of the stack");
+    let plugin = match (status.state, &entry.plugin) {
+        (State::Disabled, _) => {
+            if state.engine.clear_layer(name) {
+                tracing::info!(plugin = %name, "disabled: taken out of the stack");
+            }
+            if state.agent.plugin(name).is_some() || state.agent.failed().contains_key(name) {
+                // Also forgets a start failure: a disabled plugin is not failing.
+                state.agent.replace(name, None).await;
+                tracing::info!(plugin = %name, "disabled: taken out of the agent loop");
+            }
+            state.catalog.put(name, entry.clone());
+            state.catalog.sync(&state.engine, &state.agent);
+            report.warnings.push(format!("plugin '{name}' is disabled; `ctxhost plugin enable {name}` turns it on"));
+            return Ok(report);
         }
-        if state.agent.plugin(name).is_some() || state.agent.failed().contains_key(name) {
-            // Also forgets a start failure: a disabled plugin is not failing.
-            state.agent.replace(name, None).await;
-            tracing::info!(plugin = %name, "disabled: taken out of the agent loop");
+        (State::Loaded, Some(plugin)) => plugin.clone(),
+        _ => {
+            let error = status.error.clone().unwrap_or_else(|| "it did not load".to_owned());
+            state.catalog.reload_failed(name, &entry, &error);
+            return Err(ReloadError::Invalid(format!("plugin '{name}': {error}")));
         }
-        report.warnings.push(format!("plugin '{name}' is disabled; `ctxhost plugin enable {name}` turns it on"));
-        return Ok(report);
-    }
+    };
     // The agent loop gets the same load (one runner) when the plugin takes
     // part in it, and loses it when it no longer does.
     let agent_plugin = if crate::agent::engine::AgentPlugin::takes_part(&plugin) {
         let built = crate::agent::engine::AgentPlugin::new(&plugin, state.agent.shared(), &state.home);
-        let built = built.map_err(|e| ReloadError::Invalid(format!("plugin '{name}': host services: {e}")))?;
+        let built = match built {
+            Ok(built) => built,
+            Err(e) => {
+                let error = format!("its host services: {e}");
+                state.catalog.reload_failed(name, &entry, &error);
+                return Err(ReloadError::Invalid(format!("plugin '{name}': {error}")));
+            }
+        };
         // A plugin that registers at run time starts before it is swapped in:
         // one that fails leaves the running version in place.
         if built.hooks.contains(&crate::protocol::HookName::Register) {
@@ -91,7 +100,9 @@ pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded
                 Ok(p) => Some(p),
                 Err(e) => {
                     built.runner.shutdown().await;
-                    return Err(ReloadError::Invalid(format!("plugin '{name}' failed to start: {e}")));
+                    let error = format!("failed to start: {e}");
+                    state.catalog.reload_failed(name, &entry, &error);
+                    return Err(ReloadError::Invalid(format!("plugin '{name}' {error}")));
                 }
             }
         } else {
@@ -101,10 +112,12 @@ pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded
         None
     };
     let in_loop = agent_plugin.is_some();
-    if in_loop || state.agent.plugin(name).is_some() {
+    if in_loop || state.agent.plugin(name).is_some() || state.agent.failed().contains_key(name) {
         state.agent.replace(name, agent_plugin).await;
     }
-    report.active = state.engine.replace_layer(plugin).await || in_loop;
+    report.active = state.engine.replace_layer(&plugin).await || in_loop;
+    state.catalog.put(name, entry.clone());
+    state.catalog.sync(&state.engine, &state.agent);
     if report.active {
         tracing::info!(plugin = %name, "reloaded; new calls use the new version");
     }

@@ -52,8 +52,10 @@ async fn debounce_and_reload(
     mut rx: tokio::sync::mpsc::UnboundedReceiver<PathBuf>,
 ) {
     let mut watched: HashMap<String, HashSet<PathBuf>> = HashMap::new();
-    // Stack plugins and agent-loop plugins alike.
-    let agent_names: Vec<String> = state.agent.plugins().iter().map(|p| p.name.clone()).collect();
+    // Stack plugins and agent-loop plugins alike — also those that failed
+    // to load or start, so fixing their files brings them in.
+    let agent_names: Vec<String> =
+        state.catalog.entries().iter().filter(|(_, e)| e.agent_candidate).map(|(n, _)| n.clone()).collect();
     for name in state.engine.configured_names().into_iter().chain(agent_names) {
         let files = watched_files(&root.join(&name));
         watched.insert(name, files);

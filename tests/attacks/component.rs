@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ctxhost::agent::services::quota;
+use ctxhost::host::services::quota;
 use ctxhost::protocol::{HookName, HookRequest};
 use ctxhost::runner::wasm::component::{ComponentRunner, Limits};
 use ctxhost::runner::wasm::{REPLY_BYTES, REPLY_ITEMS};

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::util::http::{Client, Daemon};
+use crate::util::http::Daemon;
 use crate::util::site::Site;
 use crate::util::{ctxhost, require_program, stderr, write, write_wheel};
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::util::http::{Client, Daemon};
+use crate::util::http::Daemon;
 use crate::util::{ctxhost, within, write};
 
 const TOKEN: &str = "tok-daemon-7f3a";

@@ -8,7 +8,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::util::http::{Client, Daemon, request};
+use crate::util::http::{Daemon, request};
 use crate::util::site::Site;
 use crate::util::write;
 

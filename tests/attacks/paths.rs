@@ -7,7 +7,6 @@ use std::path::Path;
 
 use serde_json::json;
 
-use crate::util::http::Client;
 use crate::util::site::Site;
 use crate::util::write;
 

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::util::http::{Client, Daemon};
+use crate::util::http::Daemon;
 use crate::util::{TestPlugin, reply, require_program, write};
 
 /// The memories' contents of an ingest reply.

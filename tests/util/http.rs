@@ -112,6 +112,23 @@ impl Daemon {
         self.child.id() as i32
     }
 
+    // The `Client` methods without importing the trait (most tests only use a Daemon).
+    pub fn get(&self, path: &str) -> Response {
+        Client::get(self, path)
+    }
+
+    pub fn post(&self, path: &str, body: &str) -> Response {
+        Client::post(self, path, body)
+    }
+
+    pub fn send(&self, method: &str, path: &str, body: Option<&str>) -> Response {
+        Client::send(self, method, path, body)
+    }
+
+    pub fn post_with(&self, path: &str, body: &str, headers: &[(&str, &str)]) -> Response {
+        Client::post_with(self, path, body, headers)
+    }
+
     /// SIGTERM, then waits; returns whether it exited 0 and its stderr.
     pub fn stop(mut self) -> (bool, String) {
         // SAFETY: kill(2) with a pid we own and a valid signal.

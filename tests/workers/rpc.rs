@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ctxhost::agent::services::SharedServices;
-use ctxhost::agent::vfs::Read;
 use ctxhost::config::HostConfig;
 use ctxhost::home::Home;
+use ctxhost::host::services::SharedServices;
+use ctxhost::host::vfs::Read;
 use ctxhost::plugin::{LoadContext, LoadedPlugin, load_plugin};
 use ctxhost::protocol::{HookName, HookRequest};
 use ctxhost::runner::{CallOptions, HookError};
@@ -77,7 +77,7 @@ fn load(p: &TestPlugin, services: bool) -> Loaded {
     let plugin = load_plugin(&p.dir, &cx).unwrap_or_else(|e| panic!("load {}: {e}", p.dir.display()));
     let shared = services.then(|| {
         let shared = SharedServices::open(&home.agent_dir()).unwrap();
-        ctxhost::agent::attach_services(&plugin, &shared, &home).unwrap();
+        ctxhost::plugin::attach_services(&plugin, &shared, &home).unwrap();
         shared
     });
     Loaded { plugin, shared, home }
@@ -389,7 +389,8 @@ fn an_error_answer_fails_the_call_and_keeps_the_worker() {
     let before = token_of(&loaded.call(&rt, HookName::ToolCallPre, tool_call(json!({}))).unwrap());
     let worker = pid_with_token(&before);
     let err = loaded.call(&rt, HookName::ToolCallPre, tool_call(json!({"do": "boom"}))).unwrap_err();
-    assert!(matches!(err, HookError::Worker(_)), "{err:?}");
+    assert!(matches!(err, HookError::Failed(_)), "{err:?}");
+    assert_eq!(err.kind(), ctxhost::runner::ErrorKind::Failed, "the plugin's own error answer");
     let text = err.to_string();
     assert!(
         text.contains("ValueError: boom requested") && text.contains("hook/tool_call_pre") && text.contains("-32000"),

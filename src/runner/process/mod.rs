@@ -9,11 +9,13 @@ mod env;
 mod exit;
 pub mod launcher;
 mod oneshot;
+mod plan;
 pub mod probe;
 pub mod sandbox;
 pub mod shim;
 mod spawn;
 pub mod tmp;
+pub mod venv;
 mod worker;
 
 use std::collections::BTreeMap;
@@ -28,6 +30,7 @@ pub use env::{EnvInputs, EnvPlan};
 pub use exit::label as exit_label;
 pub use launcher::{CommandLine, Launcher, RuntimeInfo, find_on_path, info as runtime_info};
 pub use oneshot::DEFAULT_OUTPUT_CAP;
+pub use plan::{env_plan, system_launcher};
 pub use worker::{
     LOOP_COOLDOWN as WORKER_LOOP_COOLDOWN, LOOP_LIMIT as WORKER_LOOP_LIMIT, MAX_REPLY as WORKER_MAX_REPLY,
 };
@@ -273,7 +276,7 @@ impl Runner for ProcessRunner {
 
     /// `jsonrpc` workers' service calls reach `services`; one-shot hooks
     /// read their config from `LIBREFANG_PLUGIN_CONFIG` instead.
-    fn attach_services(&self, services: std::sync::Arc<crate::agent::services::PluginServices>) {
+    fn attach_services(&self, services: std::sync::Arc<crate::host::services::PluginServices>) {
         if let Some(workers) = &self.workers {
             workers.attach_services(services);
         }

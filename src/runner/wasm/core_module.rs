@@ -12,9 +12,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::Value;
-use wasmtime::{Caller, Engine, Linker, Module, Store, StoreLimits, StoreLimitsBuilder, Trap};
+use wasmtime::{Caller, Engine, Linker, Module, Store, StoreLimits, StoreLimitsBuilder};
 
-use super::component::{Limits, engine};
+use super::engine::engine;
+use super::store::Limits;
 use crate::protocol::{HookName, HookRequest, parse_stdout};
 use crate::runner::HookError;
 
@@ -46,10 +47,10 @@ impl CoreModuleRunner {
     /// A module that does not compile, or imports something other than
     /// `librefang.host_call` / `librefang.host_log` (named in the message).
     pub fn load(name: &str, hooks: &BTreeMap<HookName, &Path>, limits: Limits) -> Result<Self, HookError> {
-        let engine = engine().map_err(HookError::Component)?;
+        let engine = engine().map_err(HookError::Host)?;
         let mut modules = BTreeMap::new();
         for (hook, path) in hooks {
-            let fail = |m: String| HookError::Component(format!("`{}`: {m}", path.display()));
+            let fail = |reason: String| HookError::Load { what: "module", path: path.to_path_buf(), reason };
             // The checked (canonical) path, never through a link swapped in since.
             let bytes =
                 crate::manifest::beneath::read_no_symlinks(path, u64::MAX).map_err(|e| fail(e.reason.to_string()))?;
@@ -65,7 +66,7 @@ impl CoreModuleRunner {
             }
             modules.insert(*hook, module);
         }
-        let linker = linker(engine).map_err(|e| HookError::Component(e.to_string()))?;
+        let linker = linker(engine).map_err(|e| HookError::Host(format!("cannot link the host functions: {e}")))?;
         Ok(CoreModuleRunner { name: name.to_owned(), modules, linker, limits })
     }
 
@@ -77,7 +78,7 @@ impl CoreModuleRunner {
     pub fn call_sync(&self, request: &HookRequest, timeout_ms: u64) -> Result<Value, HookError> {
         let hook = request.hook();
         let Some(module) = self.modules.get(&hook) else {
-            return Err(HookError::Component(format!("plugin '{}' has no `{hook}` module", self.name)));
+            return Err(HookError::not_declared(&self.name, hook, self.modules.keys().copied()));
         };
         let limits = StoreLimitsBuilder::new()
             .memory_size(usize::try_from(self.limits.memory_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX))
@@ -89,17 +90,9 @@ impl CoreModuleRunner {
         let _ = store.set_fuel(self.limits.fuel);
         store.set_epoch_deadline(timeout_ms.max(1));
         let result = run(&self.linker, module, &mut store, &request.to_json_line());
-        result.map_err(|e| {
+        result.unwrap_or_else(|e| {
             let used = self.limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
-            HookError::Component(match e.downcast_ref::<Trap>() {
-                Some(Trap::OutOfFuel) => format!("out of fuel after {used} units"),
-                Some(Trap::Interrupt) => format!("deadline of {timeout_ms} ms exceeded"),
-                _ if format!("{e:#}").contains("grow") => {
-                    format!("memory limit of {} MiB exceeded", self.limits.memory_mb)
-                }
-                Some(t) => format!("trap: {t}"),
-                None => format!("{e:#}"),
-            })
+            Err(super::trap::classify(&e, used, timeout_ms, self.limits.memory_mb, ""))
         })
     }
 }
@@ -156,12 +149,14 @@ fn write_packed(caller: &mut Caller<'_, CoreState>, bytes: &[u8]) -> wasmtime::R
     Ok((i64::from(ptr) << 32) | i64::from(len))
 }
 
+/// Runs the module: `Err` when the wasm failed (a trap, a missing export);
+/// `Ok(Err(_))` when it returned a reply the host cannot use.
 fn run(
     linker: &Linker<CoreState>,
     module: &Module,
     store: &mut Store<CoreState>,
     request: &[u8],
-) -> wasmtime::Result<Value> {
+) -> wasmtime::Result<Result<Value, HookError>> {
     let instance = linker.instantiate(&mut *store, module)?;
     let mem = instance
         .get_memory(&mut *store, "memory")
@@ -174,14 +169,12 @@ fn run(
     let packed = execute.call(&mut *store, (ptr, len))?;
     let (out_ptr, out_len) = ((packed >> 32) as u32 as usize, (packed & 0xffff_ffff) as u32 as usize);
     if out_len > MAX_REPLY {
-        wasmtime::bail!("the reply is {out_len} bytes, over the 1 MiB limit");
+        return Ok(Err(HookError::BadReply(format!("the reply is {out_len} bytes, over the 1 MiB limit"))));
     }
-    let bytes = mem
-        .data(&*store)
-        .get(out_ptr..out_ptr + out_len)
-        .ok_or_else(|| wasmtime::format_err!("the reply points outside the module's memory"))?
-        .to_vec();
-    parse_stdout(&bytes).map_err(|e| wasmtime::format_err!("{e}"))
+    let Some(bytes) = mem.data(&*store).get(out_ptr..out_ptr.saturating_add(out_len)) else {
+        return Ok(Err(HookError::BadReply("the reply points outside the module's memory".to_owned())));
+    };
+    Ok(parse_stdout(bytes).map_err(HookError::from))
 }
 
 /// A core-module plugin as a [`crate::runner::Runner`].

@@ -49,13 +49,7 @@ pub use probe::{Features, features};
 
 use crate::manifest::ExecSettings;
 
-/// Default process-count limit of one call: none. A limit needs a per-call
-/// cgroup, and joining one costs the hook's start an RCU grace period on a
-/// kernel whose cgroups are not mounted with `favordynmods`: measured here
-/// 0.03 ms when calls follow each other closely, but 8-15 ms when they are
-/// 50 ms apart — more than a whole one-shot call. So cgroups are used only
-/// when a limit asks for one (`[sandbox] max_processes`, `max_memory_mb`).
-pub const DEFAULT_MAX_PROCESSES: u64 = 0;
+pub use crate::config::DEFAULT_MAX_PROCESSES;
 
 /// The sandbox cannot be applied as the operator requires.
 #[derive(Debug, thiserror::Error)]

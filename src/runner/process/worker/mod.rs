@@ -49,7 +49,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::ProcessPlugin;
-use crate::agent::services::{CallContext, PluginServices};
+use crate::host::services::{CallContext, PluginServices};
 use crate::manifest::{HookScript, Manifest, WorkerProtocol, check_hook_path};
 use crate::protocol::HookRequest;
 use crate::runner::HookError;

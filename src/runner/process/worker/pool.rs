@@ -206,7 +206,7 @@ impl Pool {
             Answer::Reply(value) => Ok(self.success(held, value)),
             Answer::Refused(error) => {
                 self.success(held, Value::Null);
-                Err(HookError::Worker(format!(
+                Err(HookError::Failed(format!(
                     "plugin '{}' answered `{}` with error {}: {}",
                     self.plugin,
                     hook.rpc_method(),
@@ -321,7 +321,7 @@ impl Pool {
         if !guard.tripped() {
             return Ok(());
         }
-        Err(HookError::Worker(format!(
+        Err(HookError::CrashLoop(format!(
             "`{}` of plugin '{}' keeps failing ({} times in a row, last: {}); \
              not restarted for {}s after the last failure",
             self.script.display(),

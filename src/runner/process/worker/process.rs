@@ -36,7 +36,7 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 
 use super::line::{self, Cursor, Next, Scan};
 use super::rpc::{self, Incoming, RpcError};
-use crate::agent::services::{CallContext, PluginServices, ServiceError, code};
+use crate::host::services::{CallContext, PluginServices, ServiceError, code};
 use crate::protocol::HookName;
 use crate::runner::HookError;
 use crate::runner::process::launcher::CommandLine;

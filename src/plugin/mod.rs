@@ -2,19 +2,21 @@
 //!
 //! This is where a checked [`Manifest`] meets the host: the operator's grant
 //! narrows the privileges the manifest asks for (spec section 6, see
-//! [`crate::registry::grants`]; the first load records them), the operator's
+//! [`crate::host::grants`]; the first load records them), the operator's
 //! config overrides are resolved and written for `LIBREFANG_PLUGIN_CONFIG`,
 //! the environment plan is fixed, and the launcher is resolved — a python
 //! plugin with a virtual environment (`<home>/venvs/<name>`) runs on that
 //! environment's python — all once, so a call pays none of it.
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use crate::config::HostConfig;
+pub use crate::host::LoadContext;
+
+mod faust;
 use crate::home::Home;
 use crate::manifest::{self, Manifest, ManifestError, Runtime};
-use crate::runner::process::{self, EnvInputs, EnvPlan, ProcessPlugin, ProcessRunner};
+use crate::runner::process::env_plan;
+use crate::runner::process::{self, ProcessPlugin, ProcessRunner};
 
 /// A plugin that could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -40,34 +42,6 @@ pub enum LoadError {
     Shim(String),
 }
 
-/// What loading needs from the host.
-pub struct LoadContext<'a> {
-    pub home: &'a Home,
-    pub config: &'a HostConfig,
-    /// The host environment (read for PATH, HOME, passthrough and `${VAR}`).
-    pub host_env: &'a dyn Fn(&str) -> Option<OsString>,
-}
-
-impl LoadContext<'_> {
-    /// The real process environment.
-    pub fn process_env(name: &str) -> Option<OsString> {
-        std::env::var_os(name)
-    }
-
-    /// What `${VAR}` in plugin `plugin`'s `[env]` expands to: the host's
-    /// value only when the operator allowed the variable
-    /// (`allowed_env_vars`, or the plugin's grant in `grants.toml`, see
-    /// [`crate::registry::grants::env_allowed`]); a plugin rewriting its own
-    /// plugin.toml gets nothing new.
-    pub fn env_access(&self, plugin: &str, var: &str) -> manifest::EnvAccess {
-        if crate::registry::grants::env_allowed(self.home, &self.config.allowed_env_vars, plugin, var) {
-            manifest::EnvAccess::Allowed((self.host_env)(var).map(|v| v.to_string_lossy().into_owned()))
-        } else {
-            manifest::EnvAccess::Denied
-        }
-    }
-}
-
 /// Loads a script plugin: manifest, config file, environment plan, launcher.
 /// Returns the runner and the warnings loading produced.
 ///
@@ -83,7 +57,7 @@ pub fn load_script_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<(ProcessRu
 /// `allow_network`, `allow_filesystem`, `readable_paths` and `writable_paths`
 /// are the effective privileges, the only ones anything may act on.
 pub(crate) fn granted(mut loaded: manifest::Loaded, cx: &LoadContext<'_>) -> manifest::Loaded {
-    let warnings = crate::registry::grants::enforce(cx.home, &loaded.manifest.name, &mut loaded.manifest.settings);
+    let warnings = crate::host::grants::enforce(cx.home, &loaded.manifest.name, &mut loaded.manifest.settings);
     loaded.warnings.extend(warnings);
     loaded
 }
@@ -144,7 +118,9 @@ pub(crate) fn script_runner_with(
     let caches = (!manifest.settings.allow_filesystem).then_some(data_dir.as_path());
     let env = env_plan(&manifest, cx, config_file.as_deref(), venv.as_deref(), caches);
     let mut launcher = match &venv {
-        Some(venv) => process::Launcher::Program { program: crate::registry::venv::python(venv), args: Vec::new() },
+        Some(venv) => {
+            process::Launcher::Program { program: crate::runner::process::venv::python(venv), args: Vec::new() }
+        }
         None => process::resolve_launcher(&manifest.settings.runtime, &manifest.dir, env.base(), &cx.home.cache_dir()),
     };
     if let process::Launcher::Program { args, .. } = &mut launcher {
@@ -198,27 +174,9 @@ fn confinement(
     })?)
 }
 
-fn env_plan(
-    manifest: &Manifest,
-    cx: &LoadContext<'_>,
-    config_file: Option<&Path>,
-    venv: Option<&Path>,
-    cache_dir: Option<&Path>,
-) -> EnvPlan {
-    EnvPlan::new(EnvInputs {
-        manifest,
-        passthrough: process::runtime_info(&manifest.settings.runtime).passthrough,
-        allowed_env_vars: &cx.config.allowed_env_vars,
-        config_file,
-        venv,
-        cache_dir,
-        host: cx.host_env,
-    })
-}
-
 /// The virtual environment a python plugin's hooks run in, if it has one.
 fn plugin_venv(manifest: &Manifest, cx: &LoadContext<'_>, warnings: &mut Vec<String>) -> Option<PathBuf> {
-    use crate::registry::venv::{Found, find};
+    use crate::runner::process::venv::{Found, find};
     match find(cx.home, &manifest.name) {
         Found::Ready(dir) => Some(dir),
         Found::None => None,
@@ -232,15 +190,6 @@ fn plugin_venv(manifest: &Manifest, cx: &LoadContext<'_>, warnings: &mut Vec<Str
             None
         }
     }
-}
-
-/// The launcher a script plugin's hooks would run on without a virtual
-/// environment — resolved exactly as a load resolves it (PATH as the hook
-/// sees it, version-manager shims seen through). `ctxhost plugin install`
-/// builds a python plugin's environment with it.
-pub fn system_launcher(manifest: &Manifest, cx: &LoadContext<'_>) -> process::Launcher {
-    let env = env_plan(manifest, cx, None, None, None);
-    process::resolve_launcher(&manifest.settings.runtime, &manifest.dir, env.base(), &cx.home.cache_dir())
 }
 
 /// `[config.*]` defaults merged with `[plugin_config.<name>]` from config.toml,
@@ -264,8 +213,8 @@ fn write_config(
     }
     let mut resolved = resolved_config(manifest, cx, warnings);
     if !manifest.agent.config.is_empty() {
-        let dir = crate::agent::services::plugin_dir(&cx.home.agent_dir(), &manifest.name);
-        match crate::agent::config::PluginConfig::open(&dir, manifest.agent.config.clone()) {
+        let dir = crate::host::services::plugin_dir(&cx.home.agent_dir(), &manifest.name);
+        match crate::host::config::PluginConfig::open(&dir, manifest.agent.config.clone()) {
             Ok(config) => resolved.extend(config.values()),
             Err(e) => warnings.push(format!("[agent_config]: {e}; the hooks see the defaults")),
         }
@@ -311,7 +260,7 @@ pub struct LoadedPlugin {
 /// `describe` failure.
 pub fn load_plugin(dir: &Path, cx: &LoadContext<'_>) -> Result<LoadedPlugin, LoadError> {
     if crate::faust::is_faust_plugin(dir) {
-        return crate::faust::load(dir, cx);
+        return faust::load(dir, cx);
     }
     let loaded = granted(Manifest::load_with_access(dir, &|plugin, var| cx.env_access(plugin, var))?, cx);
     match loaded.manifest.component.clone() {
@@ -447,4 +396,26 @@ fn resolved_config(
     let (resolved, w) = manifest::resolve_config(&manifest.config, &overrides);
     warnings.extend(w);
     resolved
+}
+
+/// Opens `plugin`'s services on `shared` and attaches them to its runner:
+/// what every host of agent-loop plugins (engine, `ctxhost hook`) does after
+/// loading one.
+///
+/// # Errors
+/// The plugin's service files cannot be made or read.
+pub fn attach_services(
+    plugin: &LoadedPlugin,
+    shared: &std::sync::Arc<crate::host::services::SharedServices>,
+    home: &crate::home::Home,
+) -> Result<std::sync::Arc<crate::host::services::PluginServices>, crate::host::services::ServiceError> {
+    let view = crate::host::services::ConfigView::existing(config_view_file(home, &plugin.name));
+    let s = std::sync::Arc::new(crate::host::services::PluginServices::open(
+        shared.clone(),
+        &plugin.name,
+        plugin.agent.config.clone(),
+        view,
+    )?);
+    plugin.runner.attach_services(s.clone());
+    Ok(s)
 }

@@ -22,11 +22,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
+use super::BoxFuture;
 use super::config::{Change, Field, PluginConfig};
 use super::storage::{Scope, Storage};
 use super::triggers::Triggers;
 use super::vfs::{Read, Vfs, Writer};
-use crate::runner::BoxFuture;
 
 /// JSON-RPC 2.0 error codes the services answer with.
 pub mod code {

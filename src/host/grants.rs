@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::store::{self, StoreError};
+use super::filestore::{self as store, StoreError};
 use crate::home::Home;
 use crate::manifest::ExecSettings;
 

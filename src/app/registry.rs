@@ -1,39 +1,21 @@
 //! The operator's records about installed plugins: what is in the plugins
-//! dir ([`list_plugins`]), which plugins are turned off ([`state`]), the
-//! privileges each was granted ([`grants`]), python plugins' virtual
-//! environments ([`venv`]), and installing and removing plugins
-//! ([`install`]).
+//! dir ([`installed`], [`plugin_dir`]), which plugins are turned on
+//! ([`is_enabled`], from the operator's record in `host::state`), a plugin's
+//! name → directory with a did-you-mean, and the errors of managing them
+//! ([`RegistryError`]). What each plugin *is* — loaded, its status — is the
+//! catalog's (`app::catalog`).
 //!
 //! Everything here is read from disk on every call — a plugin installed a
 //! second ago is listed — and every record file is replaced atomically. This
-//! module never runs a hook; listing loads plugins exactly as a call would.
-
-pub mod grants;
-pub mod install;
-pub mod state;
-mod store;
-pub mod venv;
+//! module never loads a plugin or runs a hook.
 
 use std::path::{Path, PathBuf};
 
-use crate::config::HostConfig;
 use crate::home::Home;
-use crate::manifest::{MANIFEST_FILE, ManifestError, Runtime};
-use crate::plugin::{LoadContext, load_plugin};
+use crate::manifest::{MANIFEST_FILE, ManifestError};
 
-pub use store::StoreError;
-
-/// One plugin of the plugins dir as `ctxhost plugin list` and `GET /api/plugins` show it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct PluginInfo {
-    pub name: String,
-    pub version: String,
-    pub runtime: String,
-    pub hooks: Vec<String>,
-    pub enabled: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
+pub use crate::host::filestore::StoreError;
+use crate::host::state;
 
 /// A plugin-management operation that failed.
 #[derive(Debug, thiserror::Error)]
@@ -65,7 +47,7 @@ pub enum RegistryError {
     Venv {
         name: String,
         #[source]
-        source: venv::VenvError,
+        source: crate::runner::process::venv::VenvError,
     },
     /// A FaustBot plugin's dependencies could not be installed.
     #[error("the dependencies of plugin `{name}`: {source}")]
@@ -139,83 +121,11 @@ fn default_enabled(home: &Home, name: &str) -> bool {
         .unwrap_or(true)
 }
 
-/// Every plugin directory of the plugins dir, read now.
-pub fn list_plugins(home: &Home, config: &HostConfig) -> Vec<PluginInfo> {
-    survey(home, config).into_iter().map(|(info, _)| info).collect()
-}
-
-/// Every plugin directory of the plugins dir, loaded now as a call would load
-/// it (a component is compiled — from the cache — and asked to `describe`
-/// its hooks), with its load warnings.
-pub fn survey(home: &Home, config: &HostConfig) -> Vec<(PluginInfo, Vec<String>)> {
-    let cx = LoadContext { home, config, host_env: &LoadContext::process_env };
-    installed(home)
-        .into_iter()
-        .map(|name| {
-            let dir = home.plugins_dir().join(&name);
-            describe(&name, &dir, is_enabled(home, &name), &cx)
-        })
-        .collect()
-}
-
-fn describe(name: &str, dir: &Path, enabled: bool, cx: &LoadContext<'_>) -> (PluginInfo, Vec<String>) {
-    let (version, runtime) = raw_facts(dir);
-    let broken = |error: String| PluginInfo {
-        name: name.to_owned(),
-        version: version.clone(),
-        runtime: runtime.clone(),
-        hooks: Vec::new(),
-        enabled,
-        error: Some(error),
-    };
-    if !crate::faust::is_plugin_dir(dir) {
-        return (
-            broken(format!("`{}` has no {MANIFEST_FILE} or {}", dir.display(), crate::faust::PLUGIN_JSON)),
-            Vec::new(),
-        );
-    }
-    match load_plugin(dir, cx) {
-        Ok(p) => {
-            let info = PluginInfo {
-                name: p.name,
-                version,
-                runtime: p.settings.runtime.label(),
-                hooks: p.hooks.iter().map(|h| h.as_str().to_owned()).collect(),
-                enabled,
-                error: None,
-            };
-            (info, p.warnings)
-        }
-        Err(e) => (broken(e.to_string()), Vec::new()),
-    }
-}
-
-/// `version` and the runtime label as far as plugin.toml can be read at all
-/// (for a plugin that fails to load): `""` and `"unknown"` when it cannot.
+/// `version` and the runtime label as far as the manifest can be read at
+/// all (for a plugin that fails to load): `""` and `"unknown"` when it cannot.
 pub(crate) fn raw_facts(dir: &Path) -> (String, String) {
-    if crate::faust::is_faust_plugin(dir) {
-        let version = crate::faust::manifest::read_plugin_json(dir)
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .and_then(|v| v.get("version").and_then(|v| v.as_str()).map(str::to_owned))
-            .unwrap_or_else(|| "0.1.0".to_owned());
-        return (version, "python".to_owned());
-    }
-    let Some(table) = crate::manifest::beneath::Root::open(dir)
-        .and_then(|root| root.read_to_string(Path::new(MANIFEST_FILE), crate::manifest::beneath::MANIFEST_LIMIT))
-        .ok()
-        .and_then(|t| toml::from_str::<toml::Table>(&t).ok())
-    else {
-        return (String::new(), "unknown".to_owned());
-    };
-    let version = table.get("version").and_then(|v| v.as_str()).unwrap_or_default().to_owned();
-    let tag = table
-        .get("hooks")
-        .and_then(|h| h.get("runtime"))
-        .or_else(|| table.get("runtime"))
-        .and_then(|v| v.as_str())
-        .unwrap_or("python");
-    (version, Runtime::from_tag(tag).0.label())
+    let peek = super::catalog::Peek::read(dir);
+    (peek.version, peek.runtime_label)
 }
 
 /// Names of the entries of the plugins dir that are directories (links

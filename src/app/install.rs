@@ -10,11 +10,13 @@
 
 use std::path::{Path, PathBuf};
 
-use super::grants::{self, Grant};
-use super::{RegistryError, raw_facts, state, venv};
+use super::registry::{RegistryError, raw_facts};
 use crate::home::Home;
+use crate::host::LoadContext;
+use crate::host::grants::{self, Grant};
+use crate::host::state;
 use crate::manifest::{self, MANIFEST_FILE, Manifest, ManifestErrorKind, Runtime};
-use crate::plugin::LoadContext;
+use crate::runner::process::venv;
 use crate::runner::process::{Launcher, find_on_path};
 
 /// What to install.
@@ -153,7 +155,7 @@ pub fn install(opts: &InstallOptions<'_>, cx: &LoadContext<'_>) -> Result<Instal
         None => (None, venv::remove(home, &name).map_err(|source| RegistryError::Venv { name: name.clone(), source })?),
     };
     Ok(Installed {
-        enabled: super::is_enabled(home, &name),
+        enabled: super::registry::is_enabled(home, &name),
         name,
         dir: target,
         version: manifest.version,
@@ -271,7 +273,7 @@ pub(crate) fn build_venv(
         }
         return Ok(None);
     }
-    let python = match crate::plugin::system_launcher(manifest, cx) {
+    let python = match crate::runner::process::system_launcher(manifest, cx) {
         Launcher::Program { program, .. } => program,
         Launcher::Missing { launcher, reason } => {
             return Err(RegistryError::NoPython {
@@ -328,7 +330,7 @@ pub struct Deps {
 /// or an environment that cannot be built.
 pub fn deps(cx: &LoadContext<'_>, name: &str, force: bool) -> Result<Deps, RegistryError> {
     let home = cx.home;
-    let dir = super::plugin_dir(home, name)?;
+    let dir = super::registry::plugin_dir(home, name)?;
     if crate::faust::is_faust_plugin(&dir) {
         use crate::faust::deps::Install;
         let install = if force { Install::Always } else { Install::IfNeeded };
@@ -421,7 +423,7 @@ pub struct Removed {
 /// # Errors
 /// No such plugin, or something cannot be removed.
 pub fn remove(home: &Home, name: &str, purge: bool) -> Result<Removed, RegistryError> {
-    let dir = super::plugin_dir(home, name)?;
+    let dir = super::registry::plugin_dir(home, name)?;
     let meta = std::fs::symlink_metadata(&dir).map_err(RegistryError::io("read", &dir))?;
     if meta.is_dir() {
         // Out of the plugins dir in one rename, then deleted: a concurrent

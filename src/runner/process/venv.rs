@@ -32,9 +32,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::grants::Grant;
 use crate::home::Home;
-use crate::plugin::LoadContext;
+use crate::host::LoadContext;
+use crate::host::grants::Grant;
 use crate::runner::process::sandbox::{Confinement, Inputs};
 
 /// `python -m venv` takes seconds; past this it is stuck.

@@ -1,10 +1,14 @@
 //! The runtime and plugin report of spec section 4 (`ctxhost doctor`, `GET
-//! /api/plugins/doctor`). Field names are LibreFang's; ctxhost adds `error`
-//! and `missing_binaries` to plugin entries so a broken one says why.
+//! /api/plugins/doctor`). Field names are LibreFang's; a plugin entry is the
+//! catalog's status record (`app::catalog::PluginStatus`: LibreFang's fields
+//! plus `state`, `error`, `warnings`, …), so the report cannot disagree with
+//! `plugin list` or the daemon's routes. A plugin in state `error` makes the
+//! report unhealthy.
 //!
 //! The runtime probes (one `--version` process per runtime) are cached per
 //! process for [`PROBE_TTL`]: the HTTP route must not let a request flood
-//! start processes. Plugins are loaded afresh on every report.
+//! start processes. The command line's report loads a fresh catalog with
+//! every check ([`report`]); the daemon's reports its own ([`report_of`]).
 
 use std::path::Path;
 use std::process::Command;
@@ -13,9 +17,10 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::catalog::{Catalog, Options, PluginStatus, State};
 use crate::manifest::Runtime;
-use crate::plugin::{LoadContext, load_plugin, load_script_plugin};
-use crate::runner::process::{Launcher, find_on_path, probe, runtime_info};
+use crate::plugin::LoadContext;
+use crate::runner::process::{find_on_path, probe, runtime_info};
 
 /// How long one `--version` probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -32,19 +37,6 @@ pub struct RuntimeStatus {
     pub available: bool,
     pub version: Option<String>,
     pub install_hint: String,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct PluginStatus {
-    pub name: String,
-    pub runtime: String,
-    pub runtime_available: bool,
-    pub hooks_valid: bool,
-    pub install_hint: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub missing_binaries: Vec<String>,
 }
 
 /// What the script sandbox can apply on this machine (spec section 6).
@@ -70,19 +62,26 @@ pub struct DoctorReport {
 }
 
 impl DoctorReport {
-    /// Every plugin loads and has its runtime.
+    /// No plugin is in state `error` (a disabled one is fine).
     pub fn healthy(&self) -> bool {
-        self.plugins.iter().all(|p| p.hooks_valid && p.runtime_available && p.missing_binaries.is_empty())
+        self.plugins.iter().all(|p| p.state != State::Error)
     }
 }
 
-/// Probes every built-in runtime (in parallel) and loads every plugin in the
-/// plugins dir exactly as `ctxhost hook` would (same config, environment and
-/// launcher resolution), so the report cannot disagree with a real call.
+/// Probes every built-in runtime (in parallel) and loads a catalog of the
+/// home with every check (dependencies checked, FaustBot modules imported
+/// in their sandbox), through the same path a start takes, so the report
+/// cannot disagree with a start or a call.
 pub fn report(cx: &LoadContext<'_>) -> DoctorReport {
+    let catalog = Catalog::load(cx, &Options::check());
+    report_of(catalog.all_statuses(), cx)
+}
+
+/// The report over `plugins` (a catalog's statuses) with the runtimes and
+/// the sandbox of this machine.
+pub fn report_of(plugins: Vec<PluginStatus>, cx: &LoadContext<'_>) -> DoctorReport {
     let path = (cx.host_env)("PATH");
     let runtimes = runtimes(path.as_deref());
-    let plugins = plugin_dirs(cx.home.plugins_dir()).iter().map(|dir| check_plugin(dir, cx)).collect();
     DoctorReport { runtimes, plugins, sandbox: sandbox_status(cx) }
 }
 
@@ -170,88 +169,4 @@ fn version_of(program: &Path, args: &[&str], path: Option<&std::ffi::OsStr>) -> 
     let first_line =
         |bytes: &[u8]| String::from_utf8_lossy(bytes).lines().map(str::trim).find(|l| !l.is_empty()).map(str::to_owned);
     first_line(&out.stdout).or_else(|| first_line(&out.stderr))
-}
-
-fn check_plugin(dir: &Path, cx: &LoadContext<'_>) -> PluginStatus {
-    let dir_name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let broken = |runtime: String, error: String| PluginStatus {
-        name: dir_name.clone(),
-        runtime,
-        runtime_available: false,
-        hooks_valid: false,
-        install_hint: String::new(),
-        error: Some(error),
-        missing_binaries: Vec::new(),
-    };
-    if crate::faust::is_faust_plugin(dir) {
-        // A FaustBot plugin: python running ctxhost's shim.
-        let info = runtime_info(&Runtime::Python);
-        return match load_plugin(dir, cx) {
-            Ok(p) => {
-                let ready = p.runner.ready();
-                PluginStatus {
-                    name: p.name,
-                    runtime: "python".into(),
-                    runtime_available: ready.is_ok(),
-                    hooks_valid: true,
-                    install_hint: info.install_hint.to_owned(),
-                    error: ready.err(),
-                    missing_binaries: Vec::new(),
-                }
-            }
-            Err(e) => broken("python".into(), e.to_string()),
-        };
-    }
-    // One manifest read to pick the loader; each plugin is loaded once, as a
-    // call would load it (a component: compile, link, describe).
-    let lookup = |v: &str| (cx.host_env)(v).map(|s| s.to_string_lossy().into_owned());
-    let runtime = match crate::manifest::Manifest::load_with_env(dir, &lookup) {
-        Ok(loaded) => loaded.manifest.settings.runtime,
-        Err(e) => return broken("unknown".into(), e.to_string()),
-    };
-    if runtime == Runtime::Wasm {
-        return match load_plugin(dir, cx) {
-            Ok(p) => PluginStatus {
-                name: p.name,
-                runtime: "wasm".into(),
-                runtime_available: true,
-                hooks_valid: true,
-                install_hint: runtime_info(&Runtime::Wasm).install_hint.to_owned(),
-                error: None,
-                missing_binaries: Vec::new(),
-            },
-            Err(e) => PluginStatus { runtime_available: true, ..broken("wasm".into(), e.to_string()) },
-        };
-    }
-    let (runner, _warnings) = match load_script_plugin(dir, cx) {
-        Ok(loaded) => loaded,
-        Err(e) => return broken(runtime.label(), e.to_string()),
-    };
-    let plugin = runner.plugin();
-    let m = &plugin.manifest;
-    let info = runtime_info(&m.settings.runtime);
-    let runtime_available = !matches!(plugin.launcher, Launcher::Missing { .. });
-    // Every hook must turn into a command line (a native script must be
-    // executable or have a `#!` line, the launcher must exist).
-    let hook_error = crate::runner::Runner::ready(&runner).err();
-    let path = (cx.host_env)("PATH");
-    let mut install_hint = info.install_hint.to_owned();
-    let mut missing_binaries = Vec::new();
-    for req in &m.requires {
-        if find_on_path(&req.binary, path.as_deref()).is_none() {
-            missing_binaries.push(req.binary.clone());
-            if let Some(hint) = &req.install_hint {
-                install_hint.push_str(&format!("; {}: {hint}", req.binary));
-            }
-        }
-    }
-    PluginStatus {
-        name: m.name.clone(),
-        runtime: m.settings.runtime.label(),
-        runtime_available,
-        hooks_valid: hook_error.is_none() || !runtime_available,
-        install_hint,
-        error: if runtime_available { hook_error } else { None },
-        missing_binaries,
-    }
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::store::{self, StoreError};
+use super::filestore::{self as store, StoreError};
 use crate::home::Home;
 
 const HEADER: &str = "# Plugins turned off with `ctxhost plugin disable`, written by ctxhost.\n\n";
