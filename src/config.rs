@@ -80,6 +80,11 @@ pub struct ContextEngineConfig {
     pub context_window_tokens: u64,
     /// `after_turn` text sent to plugins is cut to this many characters (0: no cut).
     pub after_turn_text_limit: usize,
+    /// Tries a journaled `after_turn` call gets before it is kept as a dead letter.
+    pub after_turn_max_attempts: u32,
+    /// The wait after a failed journaled `after_turn` call, doubled after
+    /// each further failure (up to 5 minutes).
+    pub after_turn_retry_ms: u64,
 }
 
 impl Default for ContextEngineConfig {
@@ -93,6 +98,8 @@ impl Default for ContextEngineConfig {
             max_recall_results: 5,
             context_window_tokens: 128_000,
             after_turn_text_limit: 500,
+            after_turn_max_attempts: 5,
+            after_turn_retry_ms: 1000,
         }
     }
 }
@@ -228,6 +235,8 @@ const ENGINE_KEYS: &[&str] = &[
     "max_recall_results",
     "context_window_tokens",
     "after_turn_text_limit",
+    "after_turn_max_attempts",
+    "after_turn_retry_ms",
 ];
 
 /// A config.toml that could not be read or parsed.

@@ -40,7 +40,11 @@ impl Home {
         let plugins_dir =
             overrides.plugins_dir.or_else(|| non_empty("CTXHOST_PLUGINS_DIR")).unwrap_or_else(|| root.join("plugins"));
         let config_file = overrides.config.unwrap_or_else(|| root.join("config.toml"));
-        Home { root, plugins_dir, config_file }
+        // Absolute once, here: hooks, pip and the shim run with other working
+        // directories, so a relative `--home .` must not mean something else
+        // there. (Lexical only: no link is resolved.)
+        let absolute = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
+        Home { root: absolute(root), plugins_dir: absolute(plugins_dir), config_file: absolute(config_file) }
     }
 
     /// A home rooted at `root` with every default below it (tests, embedders).
@@ -86,6 +90,12 @@ impl Home {
     /// outside its data dir so a hook cannot rewrite the interpreter it runs on.
     pub fn venv_dir(&self, plugin: &str) -> PathBuf {
         self.root.join("venvs").join(plugin)
+    }
+
+    /// `<home>/state.db`: the host's state store (SQLite, WAL) — among
+    /// others the after_turn journal (`host::store::journal`).
+    pub fn state_db(&self) -> PathBuf {
+        self.root.join("state.db")
     }
 
     /// `<home>/cache`: derived data that may be deleted at any time.
@@ -182,6 +192,22 @@ fn passwd_home() -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_relative_home_is_made_absolute_once() {
+        let home = Home::resolve(
+            HomeOverrides {
+                home: Some("rel-home".into()),
+                plugins_dir: Some("rel-plugins".into()),
+                ..Default::default()
+            },
+            &|_| None,
+        );
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(home.root(), cwd.join("rel-home"));
+        assert_eq!(home.plugins_dir(), cwd.join("rel-plugins"));
+        assert_eq!(home.config_file(), cwd.join("rel-home/config.toml"));
+    }
 
     #[test]
     fn flags_beat_variables_beat_defaults() {

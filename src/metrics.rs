@@ -8,7 +8,8 @@
 //! (`Runner::attach_metrics`).
 //!
 //! Host-wide: after_turn writes to the built-in memory that failed
-//! (`memory_write_failures`; the caller got an error for each).
+//! (`memory_write_failures`; the caller got an error for each), and the
+//! after_turn journal's events ([`JournalEvent`]).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -40,6 +41,28 @@ pub enum WorkerEvent {
     Respawn,
     /// A call was retried on a fresh worker after such a fault.
     Retry,
+}
+
+/// An event of the after_turn journal, counted host-wide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JournalEvent {
+    /// An entry another (or an earlier) ctxhost process journaled was run here.
+    Replay,
+    /// An entry was run again after a failed attempt.
+    Retry,
+    /// An entry used up its attempts and was kept as a dead letter.
+    DeadLetter,
+    /// A turn's plugin calls could not be journaled (the caller got an error).
+    AppendFailure,
+}
+
+/// The journal's counters so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct JournalCounts {
+    pub replays: u64,
+    pub retries: u64,
+    pub dead_letters: u64,
+    pub append_failures: u64,
 }
 
 /// The persistent-worker counters of one plugin's hook.
@@ -113,6 +136,8 @@ pub struct Metrics {
     stats: Mutex<BTreeMap<(String, HookName), Stats>>,
     /// after_turn writes to the built-in memory that failed.
     memory_write_failures: std::sync::atomic::AtomicU64,
+    /// The after_turn journal's events.
+    journal: Mutex<JournalCounts>,
 }
 
 impl Metrics {
@@ -124,6 +149,22 @@ impl Metrics {
     /// after_turn writes to the built-in memory that failed so far.
     pub fn memory_write_failures(&self) -> u64 {
         self.memory_write_failures.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Counts one event of the after_turn journal.
+    pub fn record_journal(&self, event: JournalEvent) {
+        let mut j = self.journal.lock().unwrap_or_else(|p| p.into_inner());
+        match event {
+            JournalEvent::Replay => j.replays += 1,
+            JournalEvent::Retry => j.retries += 1,
+            JournalEvent::DeadLetter => j.dead_letters += 1,
+            JournalEvent::AppendFailure => j.append_failures += 1,
+        }
+    }
+
+    /// The after_turn journal's counters so far.
+    pub fn journal(&self) -> JournalCounts {
+        *self.journal.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn record(&self, plugin: &str, hook: HookName, elapsed: Duration, outcome: CallOutcome) {

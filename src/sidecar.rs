@@ -135,6 +135,8 @@ pub async fn serve(
     while let Some(done) = running.join_next().await {
         log_join(done);
     }
+    // Journaled calls not started yet stay for the next start.
+    methods.engine.close_journal();
     report.settle_timed_out = !methods.settle_all().await;
     if report.settle_timed_out {
         tracing::warn!(

@@ -698,3 +698,86 @@ fn a_component_plugin_reloads_and_a_broken_one_keeps_running() {
     assert_eq!(r.status, 400, "{}", r.body);
     assert!(recalled(&d).iter().any(|m| m.contains("heron")), "the old component still answers");
 }
+
+#[test]
+fn a_daemon_killed_with_sigkill_runs_its_journaled_after_turn_calls_at_restart_exactly_once() {
+    use ctxhost::host::store::journal::Journal;
+    use std::io::Write;
+    let site = Site::new();
+    let root = site.root.path();
+    let (started, gate, store) = (root.join("started"), root.join("gate"), root.join("diary.jsonl"));
+    // One hook process at a time: `blocker`'s ingest holds the slot, so the
+    // turn's after_turn is journaled and answered but cannot start before
+    // the kill (a hook already running would go on as an orphan: delivery is
+    // at least once). `diary` appends every after_turn it sees to its store.
+    for (name, hook, body) in [
+        (
+            "blocker",
+            "ingest",
+            format!(
+                "read -r request\ntouch '{}'\nwhile [ ! -e '{}' ]; do sleep 0.02; done\necho '{{\"memories\":[]}}'\n",
+                started.display(),
+                gate.display()
+            ),
+        ),
+        (
+            "diary",
+            "after_turn",
+            format!("read -r request\nprintf '%s\\n' \"$request\" >> '{}'\necho '{{}}'\n", store.display()),
+        ),
+    ] {
+        write(
+            &site.plugin_dir(name).join("plugin.toml"),
+            &format!(
+                "name = \"{name}\"\nversion = \"1\"\nhook_timeout_secs = 120\nallow_filesystem = true\n\
+                 [hooks]\nruntime = \"bash\"\n{hook} = \"a.sh\"\n"
+            ),
+        );
+        write(&site.plugin_dir(name).join("a.sh"), &body);
+    }
+    site.config("max_concurrent_hooks = 1\n[context_engine]\nplugin_stack = [\"blocker\", \"diary\"]\n");
+    let d = site.start(&[]);
+    // The blocking ingest, never read: the daemon dies with it open.
+    let mut held = std::net::TcpStream::connect(&d.addr).unwrap();
+    let body = json!({"message": "hold the only hook slot"}).to_string();
+    write!(
+        held,
+        "POST /api/agents/a1/ingest HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    crate::util::within(60, "the blocking ingest hook", || started.exists());
+    let turn = json!({"messages": [{"role": "user", "content": "my cat is called Miso"}]}).to_string();
+    let r = d.post("/api/agents/a1/after_turn", &turn);
+    // SAFETY: kill(2) with the pid of our own child, not reaped yet.
+    unsafe { libc::kill(d.pid(), libc::SIGKILL) };
+    drop(d);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let j =
+        ctxhost::host::store::journal::SqliteJournal::open(&site.home().join("state.db"), Default::default()).unwrap();
+    let pending = j.pending().unwrap();
+    assert_eq!(pending.len(), 1, "the acknowledged turn is in the journal: {pending:?}");
+    assert_eq!((pending[0].target.as_str(), pending[0].agent.as_str()), ("diary", "a1"));
+    assert!(!store.exists(), "the plugin never ran in the killed daemon");
+
+    // The killed daemon's blocker hook may go on as an orphan: let it end.
+    std::fs::write(&gate, "").unwrap();
+    let d = site.start(&[]);
+    crate::util::within(60, "the replayed after_turn", || std::fs::read_to_string(&store).is_ok_and(|t| !t.is_empty()));
+    crate::util::within(60, "the entry to leave the journal", || j.pending().unwrap().is_empty());
+    let metrics = d.get("/metrics").body;
+    assert!(metrics.contains("\nctxhost_journal_replays_total 1\n"), "{metrics}");
+    assert!(metrics.contains("\nctxhost_journal_dead_letters_total 0\n"), "{metrics}");
+    // The built-in memory has the turn once (stored before the answer, not again).
+    let recalled = ingest(&d, "a1", "what is my cat called");
+    let (ok, stderr) = d.stop();
+    assert!(ok, "{stderr}");
+    drop(held);
+    let seen = std::fs::read_to_string(&store).unwrap();
+    assert_eq!(seen.lines().count(), 1, "the plugin's store has the turn exactly once: {seen}\nstderr:\n{stderr}");
+    assert!(seen.contains("my cat is called Miso"), "{seen}");
+    let default: Vec<&Value> =
+        recalled["memories"].as_array().unwrap().iter().filter(|m| m["source"] == "default").collect();
+    assert_eq!(default.len(), 1, "{recalled}");
+    assert_eq!(default[0]["content"], "my cat is called Miso");
+}

@@ -578,3 +578,160 @@ fn help_shows_the_librefang_configuration() {
         assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
     }
 }
+
+// ---- durable after_turn -----------------------------------------------------
+
+use ctxhost::host::store::journal::Journal;
+
+/// The journal of a ctxhost home, for inspection.
+fn journal(home: &Path) -> ctxhost::host::store::journal::SqliteJournal {
+    ctxhost::host::store::journal::SqliteJournal::open(&home.join("state.db"), Default::default()).unwrap()
+}
+
+/// Lines of `file` (none when it does not exist).
+fn lines(file: &Path) -> Vec<String> {
+    std::fs::read_to_string(file).map(|t| t.lines().map(str::to_owned).collect()).unwrap_or_default()
+}
+
+/// The built-in memory's memories of `agent`.
+fn stored_memories(home: &Path, agent: &str) -> usize {
+    ctxhost::engine::default::memory::MemoryStore::open(&home.join("memory.db")).unwrap().count(agent).unwrap()
+}
+
+/// Two plugins for the kill tests, with one hook process at a time: `blocker`,
+/// whose ingest holds that one slot (it touches `started`, then waits for
+/// `gate`), so a turn's after_turn is journaled and answered but cannot start
+/// before the kill; and `diary`, whose after_turn appends every request it
+/// sees to `store` (the plugin's own store) and hands back a memory.
+///
+/// (A hook already running when ctxhost is SIGKILLed is not killed with it,
+/// so it may finish as an orphan and its replay run it again: delivery is at
+/// least once. These tests kill before the hook starts, deterministically.)
+fn kill_world(w: &World) -> (PathBuf, PathBuf, PathBuf) {
+    let (started, gate, store) =
+        (w.root.path().join("started"), w.root.path().join("gate"), w.root.path().join("diary.jsonl"));
+    w.bash(
+        "blocker",
+        &["ingest"],
+        &format!(
+            "read -r request\ntouch '{started}'\nwhile [ ! -e '{gate}' ]; do sleep 0.02; done\necho '{{\"memories\":[]}}'\n",
+            started = started.display(),
+            gate = gate.display()
+        ),
+    );
+    w.bash(
+        "diary",
+        &["after_turn"],
+        &format!(
+            "read -r request\nprintf '%s\\n' \"$request\" >> '{store}'\n\
+             echo '{{\"type\":\"ok\",\"memories\":[{{\"content\":\"diary keeps the cat\"}}]}}'\n",
+            store = store.display()
+        ),
+    );
+    w.config("max_concurrent_hooks = 1\n[context_engine]\nplugin_stack = [\"blocker\", \"diary\"]\n");
+    (started, gate, store)
+}
+
+#[test]
+fn a_sidecar_killed_right_after_answering_after_turn_runs_the_plugins_call_at_the_next_start_exactly_once() {
+    let w = World::new();
+    let (started, gate, store) = kill_world(&w);
+    let mut s = w.sidecar();
+    s.send(&ingest(1, AGENT, "hold the only hook slot"));
+    crate::util::within(60, "the blocking ingest hook", || started.exists());
+    s.send(&after_turn(2, AGENT, &[user("my cat is called Miso"), assistant("Nice!")]));
+    let reply = s.next();
+    // LibreFang drops its engine: SIGKILL as soon as the answer is read.
+    s.child.kill().unwrap();
+    s.child.wait().unwrap();
+    assert_eq!(reply["id"], 2, "{reply}");
+    assert!(reply.get("ok").is_some(), "{reply}");
+
+    let pending = journal(&w.home()).pending().unwrap();
+    assert_eq!(pending.len(), 1, "the answered turn is in the journal: {pending:?}");
+    assert_eq!((pending[0].target.as_str(), pending[0].agent.as_str()), ("diary", AGENT));
+    assert!(pending[0].payload.contains("my cat is called Miso"), "{}", pending[0].payload);
+    assert!(lines(&store).is_empty(), "the plugin never ran in the killed sidecar");
+    assert_eq!(stored_memories(&w.home(), AGENT), 1, "the built-in memory stored the turn before the answer");
+
+    // The killed sidecar's blocker hook may go on as an orphan: let it end.
+    std::fs::write(&gate, "").unwrap();
+    let s = w.sidecar();
+    crate::util::within(60, "the replayed after_turn", || stored_memories(&w.home(), AGENT) == 2);
+    let (status, rest, stderr) = s.finish();
+    assert!(status.success(), "{status}; stderr:\n{stderr}");
+    assert!(rest.is_empty(), "{rest:?}");
+    let seen = lines(&store);
+    assert_eq!(seen.len(), 1, "the plugin's store has the turn exactly once: {seen:?}\nstderr:\n{stderr}");
+    assert!(seen[0].contains("my cat is called Miso") && seen[0].contains(AGENT), "{}", seen[0]);
+    assert!(journal(&w.home()).pending().unwrap().is_empty(), "done entries leave the journal");
+    assert!(journal(&w.home()).dead().unwrap().is_empty());
+    // No duplicate in the built-in memory: the turn once, the plugin's memory once.
+    let memory = ctxhost::engine::default::memory::MemoryStore::open(&w.home().join("memory.db")).unwrap();
+    let recalled = memory.recall(AGENT, None, "cat Miso diary keeps", 10).unwrap();
+    let contents: Vec<(&str, &str)> = recalled.iter().map(|m| (m.source.as_str(), m.content.as_str())).collect();
+    assert_eq!(contents.len(), 2, "{contents:?}");
+    assert!(contents.contains(&("default", "my cat is called Miso")), "{contents:?}");
+    assert!(contents.contains(&("diary", "diary keeps the cat")), "{contents:?}");
+    assert!(stderr.contains("cut short by the end of a ctxhost process; they run again"), "{stderr}");
+}
+
+#[test]
+fn a_plugin_that_keeps_failing_is_dead_lettered_after_the_retry_policy_and_others_get_each_turn_once() {
+    let w = World::new();
+    let (good_store, attempts) = (w.root.path().join("good.jsonl"), w.root.path().join("bad-attempts"));
+    w.bash(
+        "good",
+        &["after_turn"],
+        &format!(
+            "read -r request\nprintf '%s\\n' \"$request\" >> '{}'\necho '{{\"type\":\"ok\"}}'\n",
+            good_store.display()
+        ),
+    );
+    // The breaker off, so every attempt reaches the plugin.
+    let dir = w.home().join("plugins").join("bad");
+    write(
+        &dir.join("plugin.toml"),
+        "name = \"bad\"\nversion = \"1\"\nallow_filesystem = true\ncircuit_breaker = { max_failures = 0 }\n\
+         [hooks]\nruntime = \"bash\"\nafter_turn = \"hook.sh\"\n",
+    );
+    write(
+        &dir.join("hook.sh"),
+        &format!(
+            "read -r request\nturn=$(printf '%s' \"$request\" | grep -o 'turn [0-9]' | head -n1)\n\
+             printf '%s %s\\n' \"$(date +%s%N)\" \"$turn\" >> '{}'\necho 'the store is down' >&2\nexit 3\n",
+            attempts.display()
+        ),
+    );
+    w.config(
+        "[context_engine]\nplugin_stack = [\"bad\", \"good\"]\nafter_turn_max_attempts = 3\nafter_turn_retry_ms = 100\n",
+    );
+    let mut s = w.sidecar();
+    s.ok(&after_turn(1, AGENT, &[user("turn 1"), assistant("ok")]));
+    s.ok(&after_turn(2, AGENT, &[user("turn 2"), assistant("ok")]));
+    crate::util::within(60, "both of bad's turns dead-lettered", || journal(&w.home()).dead().unwrap().len() == 2);
+    let ok = s.ok(&ingest(3, AGENT, "turn"));
+    assert!(memories(&ok).contains(&("default".into(), "turn 2".into())), "the sidecar still answers: {ok}");
+    let (status, _, stderr) = s.finish();
+    assert!(status.success(), "{status}; stderr:\n{stderr}");
+
+    let j = journal(&w.home());
+    let dead = j.dead().unwrap();
+    assert!(dead.iter().all(|d| d.target == "bad" && d.attempts == 3), "{dead:?}");
+    assert!(dead.iter().all(|d| d.last_error.as_deref().is_some_and(|e| e.contains("exit"))), "{dead:?}");
+    assert!(j.pending().unwrap().is_empty(), "good's entries are done: {:?}", j.pending());
+    let good = lines(&good_store);
+    assert_eq!(good.len(), 2, "good got each turn exactly once while bad was retried: {good:?}");
+    assert!(good[0].contains("turn 1") != good[1].contains("turn 1"), "{good:?}");
+    // Three attempts per turn, the second after >= 100 ms, the third after >= 200 ms.
+    let tried = lines(&attempts);
+    assert_eq!(tried.len(), 6, "{tried:?}");
+    for turn in ["turn 1", "turn 2"] {
+        let at: Vec<u128> =
+            tried.iter().filter(|l| l.ends_with(turn)).map(|l| l.split(' ').next().unwrap().parse().unwrap()).collect();
+        assert_eq!(at.len(), 3, "{turn}: {tried:?}");
+        let gaps_ms = [(at[1] - at[0]) / 1_000_000, (at[2] - at[1]) / 1_000_000];
+        assert!(gaps_ms[0] >= 100 && gaps_ms[1] >= 200, "{turn}: backoff doubles from 100 ms: {gaps_ms:?}");
+    }
+    assert!(stderr.contains("dead letter"), "{stderr}");
+}

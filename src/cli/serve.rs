@@ -17,7 +17,8 @@ const DEFAULT_ADDR: &str = "127.0.0.1:4545";
 /// API for agents in any language, Prometheus metrics.
 ///
 /// Loads config.toml and the plugin stack, runs bootstrap, then serves until
-/// SIGINT/SIGTERM (pending after_turn calls get up to 30 s to finish).
+/// SIGINT/SIGTERM (after_turn calls under way get up to 30 s to finish; journaled
+/// ones not started yet run at the next start).
 /// Prints `listening on http://ADDR` on stdout once ready.
 #[derive(Debug, Args)]
 #[command(after_help = "\

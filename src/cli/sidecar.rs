@@ -20,8 +20,10 @@ use crate::sidecar::{self, SidecarOptions};
 /// The engine is the one `ctxhost run` uses: the built-in memory under the
 /// plugin stack of `config.toml`. Logs go to stderr only. The command ends when
 /// stdin closes (or on SIGTERM/SIGINT), after answering every request read
-/// and letting pending `after_turn` plugin calls finish (bounded by
-/// --settle-timeout-secs).
+/// and letting the `after_turn` plugin calls under way finish (bounded by
+/// --settle-timeout-secs). A turn is answered once its plugin calls are in
+/// the journal (`<home>/state.db`): calls cut short, by this timeout or by a
+/// SIGKILL, run at the next start.
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Examples:
@@ -53,8 +55,9 @@ pub fn exec(args: SidecarArgs, home: &Home) -> CliResult {
     let cx = LoadContext { home, config: &config, host_env: &LoadContext::process_env };
     // What a sidecar or daemon killed before left in the temp dir goes first.
     crate::runner::process::tmp::remove_stale_in_temp_dir();
-    let (engine, warnings) = load_stack(&cx)?;
+    let (mut engine, warnings) = load_stack(&cx)?;
     show_warnings(&warnings);
+    let journal = crate::engine::durable::open_journal(home, &config.context_engine)?;
     tracing::info!(plugins = ?engine.layer_names(), "ctxhost sidecar ready");
     let options = SidecarOptions {
         ingest_wait: Duration::from_millis(args.ingest_wait_ms),
@@ -63,6 +66,9 @@ pub fn exec(args: SidecarArgs, home: &Home) -> CliResult {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let input = std::io::BufReader::with_capacity(1 << 16, std::io::stdin());
     let report = runtime.block_on(async {
+        // after_turn goes through the journal; what a sidecar LibreFang
+        // killed before left there runs now.
+        engine.attach_journal(journal);
         let signal = super::interrupted();
         let stop = async move {
             signal.await;

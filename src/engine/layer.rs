@@ -59,6 +59,17 @@ struct Breaker {
     trial: bool,
 }
 
+/// What a hook's circuit breaker lets through ([`Layer::breaker_gate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerGate {
+    /// Every call.
+    Closed,
+    /// One call, the trial that closes or reopens it.
+    HalfOpen,
+    /// None: until `until`, or (`None`) until the trial under way ends.
+    Open { until: Option<Instant> },
+}
+
 /// Cached replies kept per layer at most; the oldest go first.
 const CACHE_CAPACITY: usize = 256;
 
@@ -104,6 +115,16 @@ impl Layer {
     /// `after_turn_queue_depth` calls are already under way.
     pub fn after_turn_slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
         self.after_turn_slots.clone().try_acquire_owned().ok()
+    }
+
+    /// How many `after_turn` slots are free now.
+    pub fn after_turn_slots_free(&self) -> usize {
+        self.after_turn_slots.available_permits()
+    }
+
+    /// A slot for one background `after_turn`, once one is free.
+    pub async fn after_turn_slot_wait(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.after_turn_slots.clone().acquire_owned().await.ok()
     }
 
     /// Whether the filters let `request` through: `only_for_agent_ids` (the
@@ -265,6 +286,20 @@ impl Layer {
             return Err(self.failure(hook, ErrorKind::Unavailable, message));
         }
         Ok(())
+    }
+
+    /// What the breaker of `hook` lets through now, for work that can wait
+    /// (journaled `after_turn`) rather than fail fast while it is open.
+    pub fn breaker_gate(&self, hook: HookName) -> BreakerGate {
+        let breakers = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
+        match breakers.get(&hook) {
+            None | Some(Breaker { open_until: None, .. }) => BreakerGate::Closed,
+            Some(Breaker { trial: true, .. }) => BreakerGate::Open { until: None },
+            Some(Breaker { open_until: Some(until), .. }) if Instant::now() < *until => {
+                BreakerGate::Open { until: Some(*until) }
+            }
+            Some(_) => BreakerGate::HalfOpen,
+        }
     }
 
     fn breaker_success(&self, hook: HookName) {

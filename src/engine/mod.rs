@@ -34,6 +34,7 @@
 //! ```
 
 pub mod default;
+pub mod durable;
 pub mod layer;
 pub mod repair;
 pub mod stack;
@@ -71,6 +72,10 @@ pub enum EngineError {
     /// unless the caller sends it again.
     #[error("the turn was not stored in the built-in memory: {0}")]
     NotStored(#[source] Box<EngineError>),
+    /// after_turn's plugin calls could not be journaled: they run now, but
+    /// a restart would lose them, so the turn is not acknowledged.
+    #[error("the turn's plugin calls could not be journaled (they run now, but would not survive a restart): {0}")]
+    NotJournaled(#[source] crate::host::store::journal::JournalError),
     /// A plugin failed and its `on_hook_failure` is `abort`.
     #[error("plugin '{}' failed in `{}` (abort policy): {}", .0.plugin, .0.hook, .0.message)]
     Plugin(layer::LayerFailure),

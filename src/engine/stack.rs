@@ -7,7 +7,7 @@
 //! | ingest | layers concurrently; memories after the default recall (run once), by weight |
 //! | assemble, compact | in order; the first non-empty success wins, else the default |
 //! | transform_tool_result | in order; the first rewrite wins; errors move on |
-//! | after_turn | default store (its failure is the call's error, counted), then every layer fire-and-forget (bounded per layer) |
+//! | after_turn | default store (its failure is the call's error, counted), then every layer in the background (bounded per layer): journaled before the call returns when a journal is attached ([`super::durable`]), else fire-and-forget |
 //! | prepare/merge_subagent | in order |
 //!
 //! A layer's failure follows its `on_hook_failure`: `warn` logs and falls
@@ -20,14 +20,16 @@ use tokio::task::JoinHandle;
 
 use super::default::DefaultEngine;
 use super::default::compact::{Compacted, SummaryRequest, summary_message};
-use super::layer::{Layer, LayerFailure};
+use super::durable::{Dispatch, Durable, Pending, call_after_turn};
+use super::layer::{BreakerGate, Layer, LayerFailure};
 use super::repair::repair_assembled;
 use super::{ContextEngine, EngineError, Recalled};
+use crate::host::store::journal::{Journal, NewEntry};
 use crate::manifest::FailurePolicy;
-use crate::metrics::Metrics;
+use crate::metrics::{JournalEvent, Metrics};
 use crate::protocol::{
-    AfterTurnReply, AfterTurnRequest, AssembleReply, AssembleRequest, Block, BootstrapReply, BootstrapRequest,
-    CompactReply, CompactRequest, Content, HookRequest, IngestReply, IngestRequest, Message, SubagentRequest,
+    AfterTurnRequest, AssembleReply, AssembleRequest, Block, BootstrapReply, BootstrapRequest, CompactReply,
+    CompactRequest, Content, HookName, HookRequest, IngestReply, IngestRequest, Message, SubagentRequest,
     TransformReply, TransformToolResultRequest,
 };
 use crate::runner::BoxFuture;
@@ -80,11 +82,13 @@ impl StackLayer {
 /// Plugins over the built-in engine.
 pub struct StackEngine {
     default: DefaultEngine,
-    layers: Vec<StackLayer>,
+    layers: Arc<[StackLayer]>,
     settings: StackSettings,
     metrics: Arc<Metrics>,
-    /// Fire-and-forget `after_turn` calls under way, with their agent.
-    pending: Mutex<Vec<(String, JoinHandle<()>)>>,
+    /// Background `after_turn` calls under way, with their agent.
+    pending: Pending,
+    /// The journal `after_turn` goes through, when attached, and its pump.
+    durable: Option<(Dispatch, JoinHandle<()>)>,
     /// The host-wide bound on hook processes, shared by every layer (and by
     /// the layers a reload builds).
     limiter: Arc<tokio::sync::Semaphore>,
@@ -113,12 +117,42 @@ impl StackEngine {
     ) -> Self {
         StackEngine {
             default,
-            layers,
+            layers: layers.into(),
             settings,
             metrics,
-            pending: Mutex::new(Vec::new()),
+            pending: Pending::default(),
+            durable: None,
             limiter,
             bootstrapped: Mutex::new(None),
+        }
+    }
+
+    /// Sends every `after_turn` through `journal` from now on: a turn is
+    /// acknowledged once its plugin calls are journaled, they run from the
+    /// journal, and what an earlier process left there (killed, or stopped
+    /// with calls waiting) is run now — the replay. Must be called on a
+    /// Tokio runtime (the journal's pump is a task on it).
+    pub fn attach_journal(&mut self, journal: Arc<dyn Journal>) {
+        if let Some((_, old)) = self.durable.take() {
+            old.abort();
+        }
+        let dispatch = Dispatch {
+            durable: Arc::new(Durable::new(journal)),
+            layers: self.layers.clone(),
+            default: self.default.clone(),
+            metrics: self.metrics.clone(),
+            pending: self.pending.clone(),
+        };
+        let pump = tokio::spawn(super::durable::pump(dispatch.clone()));
+        self.durable = Some((dispatch, pump));
+    }
+
+    /// Stops taking journaled `after_turn` calls (those under way go on, and
+    /// [`settle`](Self::settle) waits for them); what is left stays in the
+    /// journal for the next start. For the end of a daemon or a sidecar.
+    pub fn close_journal(&self) {
+        if let Some((_, pump)) = &self.durable {
+            pump.abort();
         }
     }
 
@@ -174,12 +208,17 @@ impl StackEngine {
             layer.runner().prewarm();
         }
         slot.layer.store(Some(layer));
+        if let Some((d, _)) = &self.durable {
+            // Its journaled calls may be waiting.
+            d.durable.wake();
+        }
         true
     }
 
     /// Stops every layer's long-running parts (persistent workers)
     /// gracefully and waits for them; for the end of a daemon or a run.
     pub async fn shutdown(&self) {
+        self.close_journal();
         for l in self.layers.iter().filter_map(StackLayer::current) {
             l.runner().shutdown().await;
         }
@@ -408,36 +447,21 @@ impl ContextEngine for StackEngine {
             let mut for_plugins = request.clone();
             for_plugins.messages = cut_messages(&request.messages, self.settings.after_turn_text_limit);
             let req = Arc::new(HookRequest::AfterTurn(for_plugins));
-            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-            pending.retain(|(_, h)| !h.is_finished());
-            for l in self.layers.iter().filter_map(StackLayer::current) {
-                if !l.declares(req.hook()) || !l.admits(&req) {
-                    continue;
+            let layers: Vec<Arc<Layer>> = self
+                .layers
+                .iter()
+                .filter_map(StackLayer::current)
+                .filter(|l| l.declares(req.hook()) && l.admits(&req))
+                .collect();
+            let journaled = match &self.durable {
+                Some((d, _)) if !layers.is_empty() => self.journal_turn(d, &req, layers).await,
+                _ => {
+                    self.fire_and_forget(&req, &request.agent_id, layers);
+                    Ok(())
                 }
-                let Some(slot) = l.after_turn_slot() else {
-                    tracing::warn!(plugin = %l.name(), "after_turn queue is full; this turn is not sent to the plugin");
-                    continue;
-                };
-                let (layer, req, default) = (l.clone(), req.clone(), self.default.clone());
-                let agent = request.agent_id.clone();
-                pending.push((request.agent_id.clone(), tokio::spawn(async move {
-                    let _slot = slot;
-                    match layer.call(&req).await {
-                        Ok(Some(reply)) => {
-                            let memories = AfterTurnReply::from_value(&reply).map(|r| r.memories).unwrap_or_default();
-                            if !memories.is_empty()
-                                && let Err(e) = default.store_plugin_memories(&agent, &memories, layer.name()).await
-                            {
-                                tracing::warn!(plugin = %layer.name(), "could not store the plugin's memories: {e}");
-                            }
-                        }
-                        Ok(None) => {}
-                        Err(f) if f.policy == FailurePolicy::Skip => {}
-                        Err(f) => tracing::warn!(plugin = %f.plugin, "after_turn failed: {}", f.message),
-                    }
-                })));
-            }
-            stored
+            };
+            stored?;
+            journaled
         })
     }
 
@@ -468,6 +492,113 @@ impl ContextEngine for StackEngine {
 
     fn merge_subagent<'a>(&'a self, request: &'a SubagentRequest) -> BoxFuture<'a, Result<(), EngineError>> {
         Box::pin(self.subagent(HookRequest::MergeSubagent(request.clone())))
+    }
+}
+
+impl StackEngine {
+    /// Journals one entry per plugin taking the turn (durable when this
+    /// returns) and starts those with a free after_turn slot; the others
+    /// wait in the journal for the pump. When the journal fails, the calls
+    /// run fire-and-forget and the turn is not acknowledged.
+    async fn journal_turn(
+        &self,
+        d: &Dispatch,
+        req: &Arc<HookRequest>,
+        layers: Vec<Arc<Layer>>,
+    ) -> Result<(), EngineError> {
+        let Some(agent) = req.agent_id().map(str::to_owned) else { return Ok(()) };
+        let payload = match serde_json::to_string(&**req) {
+            Ok(p) => p,
+            Err(e) => {
+                // Cannot happen for plain data; the calls still run.
+                tracing::error!(%agent, "the after_turn request could not be serialised for the journal: {e}");
+                self.fire_and_forget(req, &agent, layers);
+                return Ok(());
+            }
+        };
+        // A plugin whose breaker is not closed waits in the journal: the
+        // pump runs it when the breaker lets calls through.
+        let planned: Vec<(Arc<Layer>, Option<tokio::sync::OwnedSemaphorePermit>)> = layers
+            .into_iter()
+            .map(|l| {
+                let slot =
+                    (l.breaker_gate(HookName::AfterTurn) == BreakerGate::Closed).then(|| l.after_turn_slot()).flatten();
+                (l, slot)
+            })
+            .collect();
+        let entries = planned
+            .iter()
+            .map(|(l, slot)| NewEntry {
+                hook: HookName::AfterTurn.as_str().to_owned(),
+                target: l.name().to_owned(),
+                agent: agent.clone(),
+                payload: payload.clone(),
+                run_now: slot.is_some(),
+            })
+            .collect();
+        match d.durable.append(entries).await {
+            Ok(ids) => {
+                let mut waiting = false;
+                for ((layer, slot), id) in planned.into_iter().zip(ids) {
+                    if slot.is_none() {
+                        waiting = true;
+                        continue;
+                    }
+                    let entry = crate::host::store::journal::Claimed {
+                        id,
+                        hook: HookName::AfterTurn.as_str().to_owned(),
+                        target: layer.name().to_owned(),
+                        agent: agent.clone(),
+                        payload: payload.clone(),
+                        origin: String::new(),
+                        attempt: 1,
+                    };
+                    d.spawn(layer, slot, entry);
+                }
+                if waiting {
+                    d.durable.wake();
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.metrics.record_journal(JournalEvent::AppendFailure);
+                tracing::error!(%agent, "{e}; the plugins' after_turn calls run now but would not survive a restart");
+                let layers = planned.into_iter().map(|(l, _)| l).collect();
+                self.fire_and_forget(req, &agent, layers);
+                Err(EngineError::NotJournaled(e))
+            }
+        }
+    }
+
+    /// Starts `after_turn` on `layers` in the background, in memory only
+    /// (no journal): a layer whose queue is full does not get the turn.
+    fn fire_and_forget(&self, req: &Arc<HookRequest>, agent: &str, layers: Vec<Arc<Layer>>) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        pending.retain(|(_, h)| !h.is_finished());
+        for l in layers {
+            let Some(slot) = l.after_turn_slot() else {
+                tracing::warn!(plugin = %l.name(), "after_turn queue is full; this turn is not sent to the plugin");
+                continue;
+            };
+            let (req, default, agent) = (req.clone(), self.default.clone(), agent.to_owned());
+            pending.push((
+                agent.clone(),
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    match call_after_turn(&l, &req, &default, &agent).await {
+                        Ok(()) => {}
+                        Err(f) if f.policy == FailurePolicy::Skip => {}
+                        Err(f) => tracing::warn!(plugin = %f.plugin, "after_turn failed: {}", f.message),
+                    }
+                }),
+            ));
+        }
+    }
+}
+
+impl Drop for StackEngine {
+    fn drop(&mut self) {
+        self.close_journal();
     }
 }
 

@@ -3,7 +3,8 @@
 //! workers and components) and the state they keep (`config`, `vfs`,
 //! `triggers`, `storage`), plus the operator's records about plugins
 //! (`grants`, `state`, kept by `filestore`) and the context every load reads
-//! ([`LoadContext`]).
+//! ([`LoadContext`]), and the state store in `<home>/state.db` ([`store`]:
+//! today the after_turn journal).
 //!
 //! This layer sits below the runners: it never runs a plugin and never loads
 //! one. A service that needs a plugin call (a symbolic read, a trigger
@@ -17,6 +18,7 @@ pub mod grants;
 pub mod services;
 pub mod state;
 pub mod storage;
+pub mod store;
 pub mod triggers;
 pub mod vfs;
 

@@ -83,6 +83,8 @@ pub enum ServeError {
     Watch(String),
     #[error("agent-loop host services: {0}")]
     Agent(crate::host::services::ServiceError),
+    #[error(transparent)]
+    Journal(#[from] crate::host::store::journal::JournalError),
     #[error("the server stopped: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -142,7 +144,9 @@ impl Server {
     }
 
     /// Serves until `shutdown` resolves, then stops accepting, lets requests
-    /// under way finish and waits (bounded) for pending `after_turn` calls.
+    /// under way finish and stops as [`Routes::stop`] does (the `after_turn`
+    /// calls under way finish, bounded; journaled ones not started yet stay
+    /// for the next start).
     ///
     /// # Errors
     /// The watcher could not start, or the listener failed.
@@ -166,7 +170,8 @@ pub struct Routes {
 impl Routes {
     /// Loads the catalog of `home` (every plugin once), builds the stack and
     /// the agent loop from it, starts the plugins that register at run time,
-    /// bootstraps the stack and starts the timers. Load warnings are logged.
+    /// bootstraps the stack, opens the after_turn journal (replaying what a
+    /// killed daemon left) and starts the timers. Load warnings are logged.
     /// `token` guards the mutating routes.
     ///
     /// # Errors
@@ -176,7 +181,7 @@ impl Routes {
         // Every plugin loaded once (and pip run, when the operator asked) on
         // the blocking pool; the stack and the agent loop share the loads.
         let (loader_home, loader_config) = (home.clone(), config.clone());
-        let (catalog, engine, agent, warnings) = tokio::task::spawn_blocking(move || {
+        let (catalog, mut engine, agent, warnings) = tokio::task::spawn_blocking(move || {
             let cx = LoadContext { home: &loader_home, config: &loader_config, host_env: &LoadContext::process_env };
             let catalog = Catalog::load(&cx, &Options::start(&loader_config));
             let mut warnings = catalog.warnings();
@@ -206,6 +211,16 @@ impl Routes {
             extra: Default::default(),
         };
         engine.bootstrap(&bootstrap).await?;
+        // after_turn goes through the journal from here on; what a daemon or
+        // sidecar killed before left there runs now (after the bootstrap, so
+        // with its env_overrides).
+        let journal = {
+            let (home, engine_config) = (home.clone(), config.context_engine.clone());
+            tokio::task::spawn_blocking(move || crate::engine::durable::open_journal(&home, &engine_config))
+                .await
+                .map_err(|e| ServeError::Io(std::io::Error::other(e)))??
+        };
+        engine.attach_journal(journal);
         let timers = crate::agent::timers::Timers::start(&agent, crate::agent::timers::TICK);
         let state = Arc::new(AppState {
             limits: limits::RequestLimits::new(&config.server),
@@ -225,9 +240,11 @@ impl Routes {
         router(self.state.clone())
     }
 
-    /// Waits (bounded) for pending `after_turn` calls, stops the timers, then
-    /// the plugins' persistent workers.
+    /// Closes the after_turn journal (journaled calls not started yet stay
+    /// for the next start), waits (bounded) for the `after_turn` calls under
+    /// way, stops the timers, then the plugins' persistent workers.
     pub async fn stop(self) {
+        self.state.engine.close_journal();
         if tokio::time::timeout(SETTLE_TIMEOUT, self.state.engine.settle()).await.is_err() {
             tracing::warn!(
                 "shutdown: after_turn calls still pending after {}s were abandoned",

@@ -10,7 +10,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 
 use super::AppState;
-use crate::metrics::HookHistogram;
+use crate::metrics::{HookHistogram, JournalCounts};
 
 pub(crate) async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     let metrics = state.engine.metrics();
@@ -22,7 +22,33 @@ pub(crate) async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResp
          # TYPE {name} counter\n{name} {}",
         metrics.memory_write_failures()
     );
+    render_journal(&mut text, metrics.journal());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text)
+}
+
+/// The after_turn journal's host-wide counters.
+fn render_journal(out: &mut String, j: JournalCounts) {
+    let counters = [
+        (
+            "ctxhost_journal_replays_total",
+            "after_turn calls journaled by another or an earlier ctxhost process and run here.",
+            j.replays,
+        ),
+        ("ctxhost_journal_retries_total", "after_turn calls run again after a failed attempt.", j.retries),
+        (
+            "ctxhost_journal_dead_letters_total",
+            "after_turn calls that used up their attempts and were kept as dead letters.",
+            j.dead_letters,
+        ),
+        (
+            "ctxhost_journal_append_failures_total",
+            "Turns whose plugin calls could not be journaled (the caller got an error).",
+            j.append_failures,
+        ),
+    ];
+    for (name, help, value) in counters {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
+    }
 }
 
 /// A counter family: name, help text, and its value for one plugin's hook.
@@ -85,7 +111,7 @@ mod tests {
         let m = Metrics::default();
         m.record("notes", HookName::Ingest, Duration::from_micros(300), CallOutcome::Success);
         m.record("notes", HookName::Ingest, Duration::from_millis(3), CallOutcome::Fallback);
-        let text = render(&m.histograms(), &["notes".to_owned(), "we\"ird".to_owned()]);
+        let mut text = render(&m.histograms(), &["notes".to_owned(), "we\"ird".to_owned()]);
         assert!(text.contains("# TYPE ctxhost_hook_calls_total counter\n"), "{text}");
         assert!(text.contains("ctxhost_hook_calls_total{plugin=\"notes\",hook=\"ingest\"} 2\n"), "{text}");
         assert!(text.contains("ctxhost_hook_fallbacks_total{plugin=\"notes\",hook=\"ingest\"} 1\n"), "{text}");
@@ -105,6 +131,11 @@ mod tests {
         );
         assert!(text.contains("ctxhost_hook_duration_seconds_count{plugin=\"notes\",hook=\"ingest\"} 2\n"));
         assert!(text.contains("ctxhost_plugin_active{plugin=\"we\\\"ird\"} 1\n"), "{text}");
+        let mut journal = String::new();
+        render_journal(&mut journal, JournalCounts { replays: 2, dead_letters: 1, ..JournalCounts::default() });
+        assert!(journal.contains("# TYPE ctxhost_journal_replays_total counter\nctxhost_journal_replays_total 2\n"));
+        assert!(journal.contains("ctxhost_journal_dead_letters_total 1\n"), "{journal}");
+        text.push_str(&journal);
         // Every sample line is `name{labels} value` with a numeric value.
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let value = line.rsplit(' ').next().unwrap();
