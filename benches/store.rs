@@ -23,6 +23,8 @@
 //! the other writers' wait was partly queueing on the runtime, which a
 //! per-op timer started inside the task does not see: compare the rates too.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::sync::Arc;

@@ -19,6 +19,9 @@
 //! The native worker is a tiny Rust program compiled here with `rustc`
 //! (guest-examples/native-memory answers one line and exits).
 
+// A benchmark: a panic is a failed run, not a crash of ctxhost.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../tests/util/examples.rs"]
 mod examples;
 mod support;

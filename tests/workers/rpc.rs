@@ -588,18 +588,39 @@ fn the_node_guard_script_blocks_passes_and_redacts() {
     check_guard("guard-node");
 }
 
+/// Every stand-alone copy of a JSON-RPC client in the repository (a plugin
+/// dir that ships it, e.g. guest-examples/guard-python, a scaffold template)
+/// is byte for byte the one in guest-examples/rpc-clients. (The FaustBot shim
+/// has no copy: it embeds that file, `faust::shim`'s own test checks it.)
 #[test]
-fn the_guard_keeps_an_identical_copy_of_the_python_client() {
-    let root = repo_root().join("guest-examples");
-    let read = |rel: &str| -> Vec<u8> {
-        let path: PathBuf = root.join(rel);
-        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-    };
+fn every_copy_of_a_jsonrpc_client_is_identical_to_the_one_in_rpc_clients() {
+    fn copies(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if path.is_dir() && !matches!(name.as_str(), "target" | "node_modules" | ".git" | "rpc-clients") {
+                copies(&path, out);
+            } else if name == "ctxhost_rpc.py" || name == "ctxhost_rpc.js" {
+                out.push(path);
+            }
+        }
+    }
+    let root = repo_root();
+    let mut found = Vec::new();
+    for dir in ["guest-examples", "src", "tests"] {
+        copies(&root.join(dir), &mut found);
+    }
+    let read = |path: &Path| std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert!(
-        read("rpc-clients/ctxhost_rpc.py") == read("guard-python/hooks/ctxhost_rpc.py"),
-        "guest-examples/guard-python/hooks/ctxhost_rpc.py differs from guest-examples/rpc-clients/ctxhost_rpc.py: \
-         copy it again"
+        found.iter().any(|p| p.ends_with("guest-examples/guard-python/hooks/ctxhost_rpc.py")),
+        "the guard's copy is found: {found:?}"
     );
+    for copy in &found {
+        let name = copy.file_name().unwrap_or_default();
+        let original = root.join("guest-examples/rpc-clients").join(name);
+        assert!(read(copy) == read(&original), "{} differs from {}: copy it again", copy.display(), original.display());
+    }
 }
 
 /// Writes a 1 MiB vfs file, then asks for it thousands of times without
