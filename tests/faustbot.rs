@@ -932,7 +932,7 @@ def get_plugin():
     // A new version failing in startup is refused; the running one stays.
     write(&site.plugin_dir("morph").join("impl.py"), &morph(3, "raise ValueError('bad config')"));
     let r = d.post("/api/plugins/morph/reload", "");
-    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!((r.status, r.json()["stage"].clone()), (400, json!("start")), "{}", r.body);
     assert!(r.body.contains("bad config"), "{}", r.body);
     assert_eq!(ask(&d, "morph", json!({})), json!({"v": 2}));
     // A plugin that failed at start joins once fixed and reloaded.

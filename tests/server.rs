@@ -371,7 +371,7 @@ fn reload_swaps_the_plugin_and_a_bad_manifest_keeps_the_old_one() {
     let r = d.post("/api/plugins/alpha/reload", "");
     assert_eq!(r.status, 400, "{}", r.body);
     let body = r.json();
-    assert_eq!(body["hooks_valid"], false);
+    assert_eq!((&body["hooks_valid"], &body["stage"]), (&json!(false), &json!("load")), "{body}");
     assert!(body["error"].as_str().unwrap().contains("plugin.toml"), "names the file: {body}");
     assert_eq!(plugin_memories(&ingest(&d, "a1", "x")), ["alpha v2: x"]);
 
@@ -390,7 +390,7 @@ fn reload_swaps_the_plugin_and_a_bad_manifest_keeps_the_old_one() {
     let r = d.post("/api/plugins/ghost/reload", "");
     assert_eq!((r.status, r.json()["error"].as_str()), (404, Some("Plugin 'ghost' not found")));
     let r = d.post("/api/plugins/bad%20name/reload", "");
-    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!((r.status, r.json()["stage"].clone()), (400, json!("name")), "{}", r.body);
 }
 
 /// A reload in the middle of a stream of calls: every call answers (from the
