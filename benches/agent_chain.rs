@@ -9,6 +9,9 @@
 //! further plugin adds. Every call is a full chain: the command is allowed,
 //! so all five plugins are asked.
 
+// A benchmark: a panic is a failed run, not a crash of ctxhost.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../tests/util/examples.rs"]
 mod examples;
 mod support;

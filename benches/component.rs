@@ -6,6 +6,9 @@
 //! overhead under 15 %. After the criterion groups a summary prints the p50
 //! of the warm call and the fuel ratio from paired, alternating samples.
 
+// A benchmark: a panic is a failed run, not a crash of ctxhost.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../tests/util/examples.rs"]
 mod examples;
 mod support;

@@ -17,6 +17,9 @@
 //! call by call, and the median of the per-pair differences (and of the
 //! ratios) is reported.
 
+// A benchmark: a panic is a failed run, not a crash of ctxhost.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../tests/util/examples.rs"]
 mod examples;
 mod support;

@@ -12,6 +12,9 @@
 //! group (the two sides alternate call by call). Run as root, the paired run
 //! is repeated as uid 65534 (the bench re-runs itself under `setpriv`).
 
+// A benchmark: a panic is a failed run, not a crash of ctxhost.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../tests/util/examples.rs"]
 mod examples;
 mod support;

@@ -9,6 +9,9 @@
 //! same run: the same 1,000 concurrent ingests on the same engine setup
 //! called in-process (no HTTP), so the ratio is what the daemon adds.
 
+// A benchmark: a panic is a failed run, not a crash of ctxhost.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../tests/util/examples.rs"]
 mod examples;
 mod support;

@@ -6,6 +6,9 @@
 //! of the native hook the stack makes per turn (3 ingest + 3 after_turn).
 //! The memory is seeded with 2,000 notes first, so recall searches a real store.
 
+// A benchmark: a panic is a failed run, not a crash of ctxhost.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../tests/util/examples.rs"]
 mod examples;
 

@@ -19,6 +19,9 @@
 //! The native worker is a tiny Rust program compiled here with `rustc`
 //! (guest-examples/native-memory answers one line and exits).
 
+// A benchmark: a panic is a failed run, not a crash of ctxhost.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../tests/util/examples.rs"]
 mod examples;
 mod support;
@@ -148,7 +151,7 @@ fn jsonrpc_comparison(rt: &tokio::runtime::Runtime, root: &Path) {
     .unwrap();
     let config = HostConfig::default();
     let cx = LoadContext { home: &home, config: &config, host_env: &LoadContext::process_env };
-    let shared = ctxhost::host::services::SharedServices::open(&home.agent_dir()).unwrap();
+    let shared = ctxhost::host::services::SharedServices::open(&home).unwrap();
     let load_any = |dir: &Path| {
         let plugin = ctxhost::plugin::load_plugin(dir, &cx).unwrap_or_else(|e| panic!("load {}: {e}", dir.display()));
         ctxhost::plugin::attach_services(&plugin, &shared, &home).unwrap();

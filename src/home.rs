@@ -69,8 +69,9 @@ impl Home {
         self.root.join("data").join(plugin)
     }
 
-    /// `<home>/agent`: the agent-loop host services' state (vfs, triggers,
-    /// per-plugin config and storage).
+    /// `<home>/agent`: where the agent-loop host services kept their state
+    /// (vfs, triggers, per-plugin config and storage) as JSON files, before
+    /// the state store ([`Home::state_db`]) imported them once.
     pub fn agent_dir(&self) -> PathBuf {
         self.root.join("agent")
     }
@@ -81,21 +82,23 @@ impl Home {
         self.root.join("grants.toml")
     }
 
-    /// `<home>/plugins-state.toml`: which plugins are disabled.
+    /// `<home>/plugins-state.toml`: which plugins were disabled, before the
+    /// state store (imported from there once, then renamed aside).
     pub fn state_file(&self) -> PathBuf {
         self.root.join("plugins-state.toml")
+    }
+
+    /// `<home>/state.db`: the state store (`host::store`) — vfs, triggers,
+    /// plugin storage and config values, enable state, the after_turn
+    /// journal. One SQLite file in WAL mode.
+    pub fn state_db(&self) -> PathBuf {
+        self.root.join("state.db")
     }
 
     /// `<home>/venvs/<plugin>`: a python plugin's own virtual environment,
     /// outside its data dir so a hook cannot rewrite the interpreter it runs on.
     pub fn venv_dir(&self, plugin: &str) -> PathBuf {
         self.root.join("venvs").join(plugin)
-    }
-
-    /// `<home>/state.db`: the host's state store (SQLite, WAL) — among
-    /// others the after_turn journal (`host::store::journal`).
-    pub fn state_db(&self) -> PathBuf {
-        self.root.join("state.db")
     }
 
     /// `<home>/cache`: derived data that may be deleted at any time.

@@ -1,13 +1,14 @@
-//! The agent loop (`agent-hooks.md`) through `ctxhost serve` and `ctxhost
-//! run`: the guard plugin written three ways passing one test set, every
-//! combine rule with real plugins, config_changed, triggers, schedules,
-//! communicate, and services surviving a restart.
+//! The agent loop (`agent-hooks.md`) through `ctxhost serve`'s routes
+//! (in-process: `Site::routes`; the token over the wire with the real daemon)
+//! and `ctxhost run`: the guard plugin written three ways passing one test
+//! set, every combine rule with real plugins, config_changed, triggers,
+//! schedules, communicate, and services surviving a restart.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::util::http::Daemon;
+use crate::util::http::{Client, Daemon};
 use crate::util::site::Site;
 use crate::util::within;
 use crate::util::write;
@@ -53,7 +54,7 @@ fn guard_set(example: &str) {
     let site = Site::new();
     site.example(example);
     shell_tool(&site);
-    let d = site.start(&[]);
+    let d = site.routes();
     let pre = |command: &str, tool: &str| {
         d.post(
             "/api/agent-hooks/tool_call_pre",
@@ -106,7 +107,7 @@ fn guard_set(example: &str) {
     let bad = d.send("PUT", &format!("/api/plugins/{example}/config"), Some(r#"{"values":{"BLOCK_PATERN":"x"}}"#));
     assert_eq!(bad.status, 400);
     assert!(bad.json()["error"].as_str().unwrap().contains("BLOCK_PATERN"), "{}", bad.body);
-    assert!(d.stop().0);
+    d.stop();
 }
 
 #[test]
@@ -140,7 +141,7 @@ fn message_chain_runs_in_priority_order_isolates_a_failing_plugin_and_blocks() {
         "priority = -1",
         &[("message_received", "reply = '__IGNORED__' if 'spam' in req['text'] else req['text'] + '!'")],
     );
-    let d = site.start(&[]);
+    let d = site.routes();
     let r = d.post("/api/agents/a1/messages", r#"{"text":"hello"}"#);
     assert_eq!((r.status, r.json()), (200, json!({"text": "hello [high] [a] [b]!"})), "{}", r.body);
     let r = d.post("/api/agents/a1/messages", r#"{"text":"buy spam","origin":"trigger_background"}"#);
@@ -158,7 +159,7 @@ fn message_chain_runs_in_priority_order_isolates_a_failing_plugin_and_blocks() {
         })
     };
     assert!(failed("crash") && failed("junk"), "{metrics}");
-    assert!(d.stop().0);
+    d.stop();
 }
 
 #[test]
@@ -175,11 +176,11 @@ fn a_block_stops_the_chain_before_later_plugins() {
         &[("tool_call_pre", "reply = {'action': 'block', 'reason': req['args']['command']}")],
     );
     site.python("third", "priority = 0", &[("tool_call_pre", "log(req)")]);
-    let d = site.start(&[]);
+    let d = site.routes();
     let r = d.post("/api/agent-hooks/tool_call_pre", r#"{"name":"x","args":{"command":"go"}}"#);
     assert_eq!((r.status, r.json()), (403, json!({"blocked": "go --safe", "plugin": "second"})));
     assert!(site.log("third").is_empty(), "nothing runs after a block");
-    assert!(d.stop().0);
+    d.stop();
 }
 
 #[test]
@@ -190,7 +191,7 @@ fn config_changed_fires_for_every_set_and_config_survives_a_restart() {
         "[agent_config]\nLIMIT = { type = \"int\", label = \"Limit\", default = 3 }\nNAME = { type = \"str\", default = \"x\" }\n",
         &[("config_changed", "log(req)")],
     );
-    let d = site.start(&[]);
+    let d = site.routes();
     let path = "/api/plugins/watcher/config";
     assert_eq!(d.get(path).json()["values"], json!({"LIMIT": 3, "NAME": "x"}));
     let r = d.send("PUT", path, Some(r#"{"values":{"LIMIT":"7"}}"#));
@@ -207,11 +208,11 @@ fn config_changed_fires_for_every_set_and_config_survives_a_restart() {
     assert_eq!(calls.len(), 2, "a refused PUT changes nothing and fires nothing: {calls:?}");
     assert_eq!((&calls[0]["key"], &calls[0]["old"], &calls[0]["new"]), (&json!("LIMIT"), &json!(3), &json!(7)));
     assert_eq!((&calls[1]["old"], &calls[1]["new"]), (&json!(7), &json!(7)), "every set fires, even an unchanged one");
-    assert!(d.stop().0);
-    let d = site.start(&[]);
+    d.stop();
+    let d = site.routes();
     assert_eq!(d.get(path).json()["values"], json!({"LIMIT": 7, "NAME": "x"}), "persisted");
     assert_eq!(d.get("/api/plugins/nope/config").status, 404);
-    assert!(d.stop().0);
+    d.stop();
 }
 
 #[test]
@@ -231,7 +232,7 @@ fn triggers_fire_expire_merge_and_survive_a_restart() {
             ),
         ],
     );
-    let d = site.start(&[]);
+    let d = site.routes();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
     let post = |t: Value| d.post("/api/triggers", &t.to_string());
     let r = post(json!({"id": "spam", "type": "interval", "interval_seconds": 1}));
@@ -266,18 +267,18 @@ fn triggers_fire_expire_merge_and_survive_a_restart() {
     assert_eq!(d.send("DELETE", "/api/triggers/muted", None).status, 404);
     let list = d.get("/api/triggers").json();
     assert_eq!(list[0]["id"], "tick", "highest priority first: {list}");
-    assert!(d.stop().0);
+    d.stop();
 
-    let d = site.start(&[]);
+    let d = site.routes();
     let ids: Vec<Value> = d.get("/api/triggers").json().as_array().unwrap().iter().map(|t| t["id"].clone()).collect();
     assert_eq!(ids, [json!("tick"), json!("later")], "persisted across a restart");
-    assert!(d.stop().0);
+    d.stop();
 }
 
 #[test]
 fn event_triggers_fire_with_their_payload() {
     let site = Site::new();
-    let d = site.start(&[]);
+    let d = site.routes();
     let r =
         d.post("/api/triggers", r#"{"id":"on-deploy","type":"event","event_name":"deploy","recall_description":"x"}"#);
     assert_eq!(r.status, 201, "{}", r.body);
@@ -286,7 +287,7 @@ fn event_triggers_fire_with_their_payload() {
     assert_eq!(r.json()["fired"][0]["id"], "on-deploy");
     assert_eq!(r.json()["fired"][0]["event_payload"], json!({"version": "1.2"}));
     assert_eq!(d.post("/api/events/other", "{}").json()["fired"], json!([]));
-    assert!(d.stop().0);
+    d.stop();
 }
 
 #[test]
@@ -300,9 +301,9 @@ fn schedules_never_overlap_and_heartbeats_come() {
             ("heartbeat", "log({'at': 'beat'})"),
         ],
     );
-    let d = site.start(&[]);
+    let d = site.routes();
     within(10, "three schedule runs", || site.log("ticker").iter().filter(|l| l["at"] == "end").count() >= 3);
-    assert!(d.stop().0);
+    d.stop();
     let runs: Vec<Value> = site.log("ticker").into_iter().filter(|l| l["at"] != "beat").collect();
     for pair in runs.chunks(2) {
         assert_eq!(pair[0], json!({"at": "start", "id": "slow"}), "no run starts before the last ended: {runs:?}");
@@ -322,7 +323,7 @@ fn communicate_routes_by_id_with_faustbots_statuses() {
         &[("communicate", "reply = [1, 2] if req['payload'].get('bad') else {'echo': req['payload']}")],
     );
     site.python("mute", "", &[("tool_call_pre", "pass")]);
-    let d = site.start(&[]);
+    let d = site.routes();
     let r = d.post("/faust/plugins/talker/communicate", r#"{"q":1}"#);
     assert_eq!((r.status, r.json()), (200, json!({"echo": {"q": 1}})));
     assert_eq!(d.post("/faust/plugins/talker/communicate", r#"{"bad":true}"#).status, 400);
@@ -331,7 +332,7 @@ fn communicate_routes_by_id_with_faustbots_statuses() {
     crate::util::ctxhost().arg("--home").arg(site.home()).args(["plugin", "disable", "talker"]).assert().success();
     let r = d.post("/faust/plugins/talker/communicate", r#"{"q":1}"#);
     assert_eq!(r.status, 503, "{}", r.body);
-    assert!(d.stop().0);
+    d.stop();
 }
 
 #[test]
@@ -339,7 +340,7 @@ fn tools_are_listed_and_a_run_transcript_goes_through_the_loop() {
     let site = Site::new();
     shell_tool(&site);
     site.example("guard-node");
-    let d = site.start(&[]);
+    let d = site.routes();
     let tools = d.get("/api/tools").json();
     assert_eq!(tools[0]["plugin"], "shell");
     assert_eq!(tools[0]["name"], "shell_exec");
@@ -355,7 +356,7 @@ fn tools_are_listed_and_a_run_transcript_goes_through_the_loop() {
         r#"{"system_prompt":"Be brief.","messages":[{"role":"user","content":"hi"}]}"#,
     );
     assert_eq!(assembled.json()["system_prompt"], "Be brief.\n\nUse shell_exec for commands.", "{}", assembled.body);
-    assert!(d.stop().0);
+    d.stop();
 
     let transcript = site.home().join("t.jsonl");
     write(
@@ -387,7 +388,7 @@ fn tools_are_listed_and_a_run_transcript_goes_through_the_loop() {
 /// A python JSON-RPC worker plugin whose `communicate` runs the service
 /// calls it is given (`{"calls": [[method, params], …]}` → `{"results": […]}`)
 /// and whose symbolic vfs nodes say how often they were computed.
-fn service_worker(site: &Site, name: &str) {
+pub(crate) fn service_worker(site: &Site, name: &str) {
     let dir = site.plugin_dir(name);
     std::fs::create_dir_all(dir.join("hooks")).unwrap();
     std::fs::copy(
@@ -423,7 +424,7 @@ fn service_worker(site: &Site, name: &str) {
     );
 }
 
-fn calls(d: &Daemon, plugin: &str, calls: Value) -> Vec<Value> {
+pub(crate) fn calls(d: &impl Client, plugin: &str, calls: Value) -> Vec<Value> {
     let r = d.post(&format!("/faust/plugins/{plugin}/communicate"), &json!({"calls": calls}).to_string());
     assert_eq!(r.status, 200, "{}", r.body);
     r.json()["results"].as_array().unwrap().clone()
@@ -434,7 +435,7 @@ fn vfs_paths_are_normalised_symbolic_nodes_computed_and_services_survive_a_resta
     let site = Site::new();
     service_worker(&site, "notes");
     service_worker(&site, "reader");
-    let d = site.start(&[]);
+    let d = site.routes();
     let out = calls(
         &d,
         "notes",
@@ -477,9 +478,9 @@ fn vfs_paths_are_normalised_symbolic_nodes_computed_and_services_survive_a_resta
     assert_eq!(out[1], json!({"ok": "dflt"}));
     assert_eq!(out[2], json!({"ok": ["notes"]}));
     assert_eq!(out[3], json!({"ok": null}), "storage is per plugin");
-    assert!(d.stop().0);
+    d.stop();
 
-    let d = site.start(&[]);
+    let d = site.routes();
     let out = calls(
         &d,
         "notes",
@@ -494,7 +495,7 @@ fn vfs_paths_are_normalised_symbolic_nodes_computed_and_services_survive_a_resta
     assert_eq!(out[..3], [json!({"ok": "sea"}), json!({"ok": {"n": 1}}), json!({"ok": "a1's"})], "after a restart");
     assert_eq!(out[3..], [json!({"ok": true}), json!({"ok": false})]);
     assert_eq!(d.get("/api/vfs?path=/plugins/notes/deep/c.txt").status, 404, "the subtree went");
-    assert!(d.stop().0);
+    d.stop();
 }
 
 #[test]
@@ -502,7 +503,7 @@ fn reloading_an_agent_plugin_swaps_it_and_disabling_takes_it_out() {
     let site = Site::new();
     let v = |tag: &str| format!("reply = {{'action': 'replace', 'value': req['text'] + ' {tag}'}}");
     site.python("tagger", "", &[("message_received", &v("v1"))]);
-    let d = site.start(&[]);
+    let d = site.routes();
     let say = || d.post("/api/agents/a1/messages", r#"{"text":"hi"}"#).json()["text"].clone();
     assert_eq!(say(), "hi v1");
     site.python("tagger", "version_note = 2", &[("message_received", &v("v2"))]);
@@ -513,7 +514,7 @@ fn reloading_an_agent_plugin_swaps_it_and_disabling_takes_it_out() {
     crate::util::ctxhost().arg("--home").arg(site.home()).args(["plugin", "disable", "tagger"]).assert().success();
     assert_eq!(d.post("/api/plugins/tagger/reload", "").status, 200);
     assert_eq!(say(), "hi", "out of the loop");
-    assert!(d.stop().0);
+    d.stop();
 }
 
 #[test]

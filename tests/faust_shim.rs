@@ -3,8 +3,12 @@
 //! mapping, sync and async plugins, `ctx` with and without `await`, the
 //! register reply, load failures, symbolic vfs — plus `deps.py`.
 //!
-//! Runs `python3 -m unittest discover -s src/faust/shim/tests -v` and fails
-//! with its whole output when it fails, runs no test, or skips one.
+//! Writes the shim as ctxhost does (`faust::shim::install`: the embedded
+//! files, the JSON-RPC client of guest-examples/rpc-clients, the hook list
+//! generated from `HookName`) into a fresh home, then runs `python3 -m
+//! unittest discover -s src/faust/shim/tests -v` against it
+//! (`CTXHOST_FAUST_SHIM`), failing with its whole output when it fails, runs
+//! no test, or skips one.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -18,10 +22,13 @@ const LIMIT: Duration = Duration::from_secs(300);
 fn python_suite_passes() {
     require_program("python3", "python3");
     let root = env!("CARGO_MANIFEST_DIR");
+    let home = tempfile::tempdir().expect("temp dir");
+    let shim = ctxhost::faust::shim::install(&ctxhost::home::Home::at(home.path())).expect("the shim is written");
     let mut child = Command::new("python3")
         .args(["-m", "unittest", "discover", "-s", "src/faust/shim/tests", "-v"])
         .current_dir(root)
         .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("CTXHOST_FAUST_SHIM", &shim)
         .env_remove("PYTHONPATH")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -11,6 +11,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use ctxhost::protocol::HookName;
 use serde_json::{Value, json};
 
 use crate::util::examples::repo_root;
@@ -566,30 +567,15 @@ fn every_hook_maps_the_same_written_as_def_and_as_async_def() {
     let plugins = agent_plugins(&d);
     let names: Vec<&str> = plugins.iter().map(|p| p["name"].as_str().unwrap_or("?")).collect();
     assert_eq!(names, [s, a], "{plugins:?}");
+    // Every agent hook but the two the plugin leaves out (llm_request_pre,
+    // plugin_unloaded/on_unload) and register (the call that asks), in HookName's order.
+    let expected: Vec<&str> = HookName::AGENT
+        .into_iter()
+        .filter(|h| !matches!(h, HookName::LlmRequestPre | HookName::Unload | HookName::Register))
+        .map(HookName::as_str)
+        .collect();
     for p in &plugins {
-        assert_eq!(
-            p["hooks"],
-            json!([
-                "message_received",
-                "tool_call_pre",
-                "tool_call_post",
-                "agent_event_sent",
-                "memory_read_pre",
-                "memory_read_post",
-                "memory_write_pre",
-                "memory_write_post",
-                "trigger_append",
-                "trigger_fire",
-                "heartbeat",
-                "health_check",
-                "config_changed",
-                "communicate",
-                "run_schedule",
-                "call_tool",
-                "read_symbolic"
-            ]),
-            "{p}"
-        );
+        assert_eq!(p["hooks"], json!(expected), "{p}");
         assert_eq!(p["refused"], json!([]), "{p}");
     }
 
@@ -946,7 +932,7 @@ def get_plugin():
     // A new version failing in startup is refused; the running one stays.
     write(&site.plugin_dir("morph").join("impl.py"), &morph(3, "raise ValueError('bad config')"));
     let r = d.post("/api/plugins/morph/reload", "");
-    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!((r.status, r.json()["stage"].clone()), (400, json!("start")), "{}", r.body);
     assert!(r.body.contains("bad config"), "{}", r.body);
     assert_eq!(ask(&d, "morph", json!({})), json!({"v": 2}));
     // A plugin that failed at start joins once fixed and reloaded.

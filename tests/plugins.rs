@@ -271,8 +271,8 @@ fn enable_and_disable_are_persisted_and_listed() {
     let a = s.cmd(&["plugin", "disable", "sw"]).assert().success();
     assert_eq!(stdout(&a), "Disabled sw (it stays installed; `ctxhost plugin enable sw` turns it back on)\n");
     assert_eq!(s.list_json()[0]["enabled"], false);
-    let state = std::fs::read_to_string(s.home().join("plugins-state.toml")).unwrap();
-    assert!(state.contains("disabled = [\"sw\"]"), "{state}");
+    let store = ctxhost::host::store::sqlite::SqliteStore::open(&s.home().join("state.db")).unwrap();
+    assert_eq!(ctxhost::host::store::Store::plugin_choice(&store, "sw").unwrap(), Some(false), "kept in the store");
     s.cmd(&["plugin", "disable", "sw"]).assert().success().stdout("sw is already disabled\n");
     let a = s.cmd(&["plugin", "list"]).assert().success();
     assert!(stdout(&a).contains("sw    1.0.0      bash     no "), "{}", stdout(&a));

@@ -1,7 +1,10 @@
-//! `ctxhost serve` as a client sees it: the real binary on an ephemeral
-//! loopback port, every route with its error statuses, concurrent calls,
-//! hot reload under load, `--watch`, the token, graceful shutdown, and the
-//! stdlib Python agent of guest-examples/ talking to it.
+//! `ctxhost serve` as a client sees it. Every route with its error statuses,
+//! reload and scaffold run through the daemon's routes in-process
+//! (`Site::routes`, `server::Routes`: the same loading, no socket); what needs
+//! the real binary on an ephemeral loopback port keeps it: concurrent
+//! connections, hot reload under load, `--watch`, the token over the wire,
+//! graceful shutdown on SIGTERM, and the stdlib Python agent of
+//! guest-examples/ talking to it.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -9,7 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Value, json};
 
-use crate::util::http::Daemon;
+use crate::util::http::{Client, Daemon};
+use crate::util::routes::InProcess;
 use crate::util::{repo_root, require_program, write};
 
 /// A ctxhost home with bash plugins in its plugins dir.
@@ -68,9 +72,14 @@ impl Site {
     fn start(&self, args: &[&str]) -> Daemon {
         Daemon::start(&self.home(), args, &[])
     }
+
+    /// The daemon's routes in-process, for tests of what a handler answers.
+    fn routes(&self) -> InProcess {
+        InProcess::start(&self.home())
+    }
 }
 
-fn ingest(daemon: &Daemon, agent: &str, message: &str) -> Value {
+fn ingest(daemon: &impl Client, agent: &str, message: &str) -> Value {
     let r = daemon.post(&format!("/api/agents/{agent}/ingest"), &json!({ "message": message }).to_string());
     assert_eq!(r.status, 200, "{}", r.body);
     r.json()
@@ -95,7 +104,7 @@ fn agent_api_answers_every_hook_with_the_engines_result() {
         "[context_engine]\nplugin_stack = [\"alpha\", \"beta\"]\nplugin_stack_weights = { beta = 2.0 }\n\
          context_window_tokens = 1000\n",
     );
-    let d = site.start(&[]);
+    let d = site.routes();
 
     let health = d.get("/healthz");
     assert_eq!(health.status, 200);
@@ -164,7 +173,7 @@ fn bad_requests_get_a_400_that_says_what_is_wrong() {
     let site = Site::new();
     site.echo_plugin("alpha", "v1");
     site.config("[context_engine]\nplugin = \"alpha\"\n");
-    let d = site.start(&[]);
+    let d = site.routes();
 
     let r = d.post("/api/agents/a1/ingest", "{\"message\": ");
     assert_eq!(r.status, 400);
@@ -212,7 +221,7 @@ fn an_abort_plugin_failure_is_a_502_naming_the_plugin() {
     );
     write(&site.plugin_dir("strict").join("i.sh"), "echo broken >&2\nexit 3\n");
     site.config("[context_engine]\nplugin = \"strict\"\n");
-    let d = site.start(&[]);
+    let d = site.routes();
     let r = d.post("/api/agents/a1/ingest", "{\"message\":\"hi\"}");
     assert_eq!(r.status, 502, "{}", r.body);
     let body = r.json();
@@ -230,7 +239,7 @@ fn concurrent_calls_all_answer() {
     let handles: Vec<_> = (0..24)
         .map(|i| {
             let d = d.clone();
-            std::thread::spawn(move || plugin_memories(&ingest(&d, &format!("agent-{i}"), &format!("question {i}"))))
+            std::thread::spawn(move || plugin_memories(&ingest(&*d, &format!("agent-{i}"), &format!("question {i}"))))
         })
         .collect();
     for (i, h) in handles.into_iter().enumerate() {
@@ -244,7 +253,7 @@ fn concurrent_calls_all_answer() {
 #[test]
 fn metrics_routes() {
     let site = Site::new();
-    let d = site.start(&[]);
+    let d = site.routes();
     // No plugin active: LibreFang's 204.
     let r = d.get("/api/context-engine/metrics");
     assert_eq!((r.status, r.body.as_str()), (204, ""));
@@ -252,7 +261,7 @@ fn metrics_routes() {
 
     site.echo_plugin("alpha", "v1");
     site.config("[context_engine]\nplugin = \"alpha\"\n");
-    let d = site.start(&[]);
+    let d = site.routes();
     assert_eq!(d.get("/api/context-engine/metrics").json(), json!({}), "active, nothing called yet");
     ingest(&d, "a1", "hello");
     let flat = d.get("/api/context-engine/metrics").json();
@@ -276,7 +285,7 @@ fn test_hook_runs_one_plugin_hook_and_reports() {
         "name = \"broken\"\nversion = \"1\"\n[hooks]\nruntime = \"bash\"\ningest = \"i.sh\"\n",
     );
     write(&site.plugin_dir("broken").join("i.sh"), "echo 'no luck' >&2\nexit 2\n");
-    let d = site.start(&[]);
+    let d = site.routes();
 
     // Not in any stack: the daemon's own load of it answers.
     let r = d.post(
@@ -323,7 +332,7 @@ fn test_hook_runs_one_plugin_hook_and_reports() {
 fn doctor_route_has_librefangs_shape() {
     let site = Site::new();
     site.echo_plugin("alpha", "v1");
-    let d = site.start(&[]);
+    let d = site.routes();
     let r = d.get("/api/plugins/doctor");
     assert_eq!(r.status, 200);
     let report = r.json();
@@ -341,7 +350,7 @@ fn reload_swaps_the_plugin_and_a_bad_manifest_keeps_the_old_one() {
     let site = Site::new();
     site.echo_plugin("alpha", "v1");
     site.config("[context_engine]\nplugin = \"alpha\"\n");
-    let d = site.start(&[]);
+    let d = site.routes();
     assert_eq!(plugin_memories(&ingest(&d, "a1", "x")), ["alpha v1: x"]);
 
     // The manifest changes; until a reload the running version answers.
@@ -362,7 +371,7 @@ fn reload_swaps_the_plugin_and_a_bad_manifest_keeps_the_old_one() {
     let r = d.post("/api/plugins/alpha/reload", "");
     assert_eq!(r.status, 400, "{}", r.body);
     let body = r.json();
-    assert_eq!(body["hooks_valid"], false);
+    assert_eq!((&body["hooks_valid"], &body["stage"]), (&json!(false), &json!("load")), "{body}");
     assert!(body["error"].as_str().unwrap().contains("plugin.toml"), "names the file: {body}");
     assert_eq!(plugin_memories(&ingest(&d, "a1", "x")), ["alpha v2: x"]);
 
@@ -381,7 +390,7 @@ fn reload_swaps_the_plugin_and_a_bad_manifest_keeps_the_old_one() {
     let r = d.post("/api/plugins/ghost/reload", "");
     assert_eq!((r.status, r.json()["error"].as_str()), (404, Some("Plugin 'ghost' not found")));
     let r = d.post("/api/plugins/bad%20name/reload", "");
-    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!((r.status, r.json()["stage"].clone()), (400, json!("name")), "{}", r.body);
 }
 
 /// A reload in the middle of a stream of calls: every call answers (from the
@@ -550,7 +559,7 @@ fn watch_starts_on_a_fresh_home() {
 fn plugins_route_lists_the_plugins_dir_as_it_is_now() {
     let site = Site::new();
     site.echo_plugin("alpha", "v1");
-    let d = site.start(&[]);
+    let d = site.routes();
     let list = d.get("/api/plugins").json();
     let alpha = &list.as_array().unwrap()[0];
     // The catalog's status record: `state` (and more) besides the fields of before.
@@ -575,7 +584,7 @@ fn plugins_route_lists_the_plugins_dir_as_it_is_now() {
 #[test]
 fn scaffold_route_creates_a_plugin_the_daemon_can_use_at_once() {
     let site = Site::new();
-    let d = site.start(&[]);
+    let d = site.routes();
     let r = d.post("/api/plugins/scaffold", "{\"name\":\"fresh\",\"runtime\":\"bash\",\"description\":\"new one\"}");
     assert_eq!(r.status, 201, "{}", r.body);
     let body = r.json();
@@ -628,7 +637,7 @@ fn reload_brings_in_a_fixed_plugin_and_takes_out_a_disabled_one() {
     site.echo_plugin("alpha", "v1");
     write(&site.plugin_dir("beta").join("plugin.toml"), "name = \"beta\"\n");
     site.config("[context_engine]\nplugin_stack = [\"alpha\", \"beta\"]\n");
-    let d = site.start(&[]);
+    let d = site.routes();
     assert_eq!(d.get("/healthz").json()["plugins"], json!(["alpha"]), "beta failed to load");
     site.echo_plugin("beta", "v1");
     let r = d.post("/api/plugins/beta/reload", "");
@@ -653,10 +662,10 @@ fn a_component_plugin_reloads_and_a_broken_one_keeps_running() {
     let site = Site::new();
     crate::util::examples::copy_example("recall", &site.plugin_dir("recall"));
     site.config("[context_engine]\nplugin = \"recall\"\n");
-    let d = site.start(&[]);
+    let d = site.routes();
     let turn = json!({"messages": [{"role": "user", "content": "The heron nests by the lake"}]});
     assert_eq!(d.post("/api/agents/a1/after_turn", &turn.to_string()).status, 200);
-    let recalled = |d: &Daemon| {
+    let recalled = |d: &InProcess| {
         (0..100)
             .find_map(|_| {
                 let got: Vec<String> = ingest(d, "a1", "where does the heron nest")["memories"]

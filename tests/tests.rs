@@ -19,8 +19,12 @@
 //! - `agent`: the agent loop (agent-hooks.md): the guard three ways, combine rules, config, triggers, schedules.
 //! - `workers`: persistent workers: examples in both modes, faults, respawn and retry, leaks, reload.
 //! - `attacks`: the attack catalogue (issue 13): what a hostile plugin tries, and that it fails.
+//! - `store`: the state store (`state.db`): old JSON files imported, a corrupt one kept, failed writes, two processes.
 //! - `layers`: the module layers of `src/` only point down.
 //! - `faustbot`: FaustBot plugins (plugin.json + impl.py) unmodified: the examples, every hook sync and async, deps, lifecycle.
+
+// Tests: a panic is a failed test (Cargo.toml denies these in ctxhost's code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod util;
 
@@ -43,6 +47,7 @@ mod scaffold;
 mod server;
 mod sidecar;
 mod stack;
+mod store;
 mod wasm;
 mod wire;
 mod workers;

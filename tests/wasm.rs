@@ -662,11 +662,9 @@ fn the_config_service_through_component_imports() {
     assert!(e.contains("value-json") && e.contains("not JSON"), "{e}");
     assert_eq!(r[8]["ok"]["values"], json!({"LIMIT": 7, "GREETING": "hello"}));
     assert_eq!(r[8]["ok"]["schema"][0]["key"], "LIMIT");
-    let stored: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(probe.home().join("agent/plugins/services-probe/agent_config.json")).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(stored["LIMIT"], 7, "persisted: {stored}");
+    let store = ctxhost::host::store::sqlite::SqliteStore::open(&probe.home().join("state.db")).unwrap();
+    let stored = ctxhost::host::store::Store::config_values(&store, "services-probe").unwrap();
+    assert_eq!(stored["LIMIT"], 7, "persisted: {stored:?}");
 }
 
 #[test]
@@ -931,7 +929,7 @@ fn service_calls_that_wait_finish_on_the_runtime_within_the_deadline() {
     use ctxhost::host::services::{ConfigView, HostCalls, PluginServices, SharedServices};
     use ctxhost::runner::Runner;
     let root = tempfile::tempdir().unwrap();
-    let shared = SharedServices::open(&root.path().join("agent")).unwrap();
+    let shared = SharedServices::open(&ctxhost::home::Home::at(root.path())).unwrap();
     let host: std::sync::Arc<dyn HostCalls> = std::sync::Arc::new(SlowHost);
     shared.connect(std::sync::Arc::downgrade(&host));
     for node in ["/plugins/other/computed", "/plugins/other/hang"] {

@@ -70,7 +70,8 @@ async fn run(engine: Weak<AgentEngine>, tick: Duration) {
 const FIRING_AT_ONCE: usize = 8;
 
 async fn fire_due_triggers(engine: &Arc<AgentEngine>, firing: &Arc<tokio::sync::Semaphore>) {
-    let due = match engine.shared().triggers().due(now_secs()) {
+    let now = now_secs();
+    let due = match engine.shared().triggers_off(move |t| t.due(now)).await {
         Ok(due) => due,
         Err(e) => {
             tracing::warn!("trigger watcher: {e}");

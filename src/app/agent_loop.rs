@@ -17,8 +17,8 @@ use crate::metrics::Metrics;
 /// and the warnings.
 ///
 /// # Errors
-/// The services' state under the home cannot be opened, or a plugin's own
-/// state (`<home>/agent/plugins/<name>/`) cannot be — unless config.toml
+/// The home's state store cannot be opened, or a plugin's stored config (or
+/// an old state file of its own) cannot be read — unless config.toml
 /// lists the plugin in `[plugins] optional`: then it is left out and is an
 /// error in the catalog.
 pub fn build(
@@ -26,7 +26,7 @@ pub fn build(
     cx: &crate::host::LoadContext<'_>,
     metrics: Arc<Metrics>,
 ) -> Result<(Arc<AgentEngine>, Vec<String>), ServiceError> {
-    let shared = SharedServices::open(&cx.home.agent_dir())?;
+    let shared = SharedServices::open(cx.home)?;
     let mut warnings = Vec::new();
     let mut plugins = Vec::new();
     let entries = catalog.entries();

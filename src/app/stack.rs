@@ -21,7 +21,8 @@ use crate::metrics::Metrics;
 /// [`Catalog::warnings`]).
 ///
 /// # Errors
-/// The memory database cannot be opened, or `plugins-state.toml` cannot be
+/// The memory database cannot be opened, or the state store (`state.db`, which
+/// plugins are disabled) cannot be
 /// read (a disabled plugin must never run because its record is broken).
 pub fn build(catalog: &Catalog, cx: &crate::host::LoadContext<'_>) -> Result<(StackEngine, Vec<String>), EngineError> {
     crate::host::state::disabled(cx.home).map_err(EngineError::StateFile)?;

@@ -71,8 +71,8 @@ pub fn exec(args: HookArgs, home: &Home) -> CliResult {
     show_warnings(&plugin.warnings);
     // Host services for workers and components that call them; without an
     // engine, `config_changed` and `trigger_append` are not run here.
-    let shared = crate::host::services::SharedServices::open(&home.agent_dir())
-        .map_err(|e| HookCliError::Usage(format!("host services under {}: {e}", home.agent_dir().display())))?;
+    let shared = crate::host::services::SharedServices::open(home)
+        .map_err(|e| HookCliError::Usage(format!("host services in {}: {e}", home.state_db().display())))?;
     crate::plugin::attach_services(&plugin, &shared, home)
         .map_err(|e| HookCliError::Usage(format!("host services of '{}': {e}", plugin.name)))?;
     let runner = plugin.runner;

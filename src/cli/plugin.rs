@@ -38,7 +38,7 @@ enum PluginCommand {
     Install(InstallArgs),
     Deps(DepsArgs),
     Remove(RemoveArgs),
-    /// Turn a disabled plugin back on (kept in <home>/plugins-state.toml)
+    /// Turn a disabled plugin back on (kept in <home>/state.db)
     #[command(after_help = "Examples:\n  ctxhost plugin enable memory")]
     Enable(NameArg),
     /// Turn a plugin off: it stays installed but is left out of the stack

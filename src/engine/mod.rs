@@ -64,9 +64,9 @@ pub enum EngineError {
     Summary(String),
     #[error("background task failed: {0}")]
     Task(String),
-    /// `plugins-state.toml` cannot be read: which plugins the operator
-    /// turned off is unknown, so nothing starts.
-    #[error("{0}; ctxhost does not start without knowing which plugins are disabled (fix or remove the file)")]
+    /// The state store (`state.db`) cannot be read: which plugins the
+    /// operator turned off is unknown, so nothing starts.
+    #[error("{0}; ctxhost does not start without knowing which plugins are disabled (fix or restore the file)")]
     StateFile(#[source] crate::host::filestore::StoreError),
     /// after_turn's write to the built-in memory failed: the turn is lost
     /// unless the caller sends it again.

@@ -4,17 +4,30 @@
 //! `config_changed` for plugin config).
 //!
 //! Schemas come as a list of fields or as FaustBot's legacy lines
-//! `KEY:type:label=default`. Values live in `<data dir>/agent_config.json`,
-//! replaced atomically. This module stores and checks; it never calls a
-//! plugin (the caller turns each [`Change`] into a `config_changed` call).
+//! `KEY:type:label=default`. Values live in the state store (`host::store`);
+//! a [`PluginConfig`] holds the schema and a copy of the stored values that
+//! changes only after the store committed. This module checks and stores; it
+//! never calls a plugin (the caller turns each [`Change`] into a
+//! `config_changed` call).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
+use crate::host::store::{Store, StoreError};
 pub use crate::manifest::schema::{ConfigError, Field, FieldType, coerce, parse_legacy, parse_schema};
+
+/// A config change that was refused (by the schema) or failed (in the store).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PluginConfigError {
+    #[error(transparent)]
+    Refused(#[from] ConfigError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
 
 /// One `set`: what `config_changed` reports.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -25,28 +38,28 @@ pub struct Change {
 }
 
 /// One plugin's config: its schema and its stored values.
-#[derive(Debug)]
 pub struct PluginConfig {
     schema: Vec<Field>,
+    /// As the store holds them, since the last commit.
     values: BTreeMap<String, Value>,
-    file: PathBuf,
+    store: Arc<dyn Store>,
+    plugin: String,
+}
+
+impl std::fmt::Debug for PluginConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginConfig").field("plugin", &self.plugin).field("values", &self.values).finish()
+    }
 }
 
 impl PluginConfig {
-    /// The config stored under `data_dir` (none yet: no values).
+    /// `plugin`'s config stored in `store` (none yet: no values). Blocks.
     ///
     /// # Errors
-    /// A file that exists but cannot be read or is not a JSON object.
-    pub fn open(data_dir: &Path, schema: Vec<Field>) -> Result<PluginConfig, ConfigError> {
-        let file = data_dir.join("agent_config.json");
-        let values = super::load_json(&file).map_err(|e| {
-            let reason = match e {
-                super::JsonFileError::Parse(e) => format!("not a JSON object: {e}"),
-                super::JsonFileError::Read(e) => e.to_string(),
-            };
-            ConfigError::File { path: file.clone(), reason }
-        })?;
-        Ok(PluginConfig { schema, values, file })
+    /// The store failed, or holds a value that does not read back.
+    pub fn open(store: Arc<dyn Store>, plugin: &str, schema: Vec<Field>) -> Result<PluginConfig, PluginConfigError> {
+        let values = store.config_values(plugin)?;
+        Ok(PluginConfig { schema, values, store, plugin: plugin.to_owned() })
     }
 
     pub fn schema(&self) -> &[Field] {
@@ -85,30 +98,65 @@ impl PluginConfig {
     /// Whether `value` would be accepted for `key`, without storing it.
     ///
     /// # Errors
-    /// As [`PluginConfig::set`], minus the file.
+    /// An unknown key, or a value of the wrong type.
     pub fn check(&self, key: &str, value: &Value) -> Result<Value, ConfigError> {
         let field = self.field(key)?;
         coerce(key, field.kind, value)
     }
 
-    /// Coerces and stores `value`, persisting at once. Returns the change,
-    /// also when the value did not change (every set is reported).
+    /// The changes setting `values` would make (each coerced), checking every
+    /// one first; nothing is stored. Every set is a change, also one to the
+    /// same value (every set is reported).
     ///
     /// # Errors
-    /// An unknown key, a value of the wrong type, or a file that cannot be
-    /// written.
-    pub fn set(&mut self, key: &str, value: &Value) -> Result<Change, ConfigError> {
-        let field = self.field(key)?;
-        let new = coerce(key, field.kind, value)?;
-        let old = self.get(key, Value::Null);
-        self.values.insert(key.to_owned(), new.clone());
-        self.save()?;
-        Ok(Change { key: key.to_owned(), old, new })
+    /// The first key that is unknown or of the wrong type.
+    pub fn plan(&self, values: &Map<String, Value>) -> Result<Vec<Change>, ConfigError> {
+        values
+            .iter()
+            .map(|(key, value)| {
+                let new = self.check(key, value)?;
+                Ok(Change { key: key.clone(), old: self.get(key, Value::Null), new })
+            })
+            .collect()
     }
 
-    fn save(&self) -> Result<(), ConfigError> {
-        super::save_json(&self.file, &self.values)
-            .map_err(|reason| ConfigError::File { path: self.file.clone(), reason })
+    /// Stores `changes` of `plugin` in `store`, all or none. Blocks; takes no
+    /// lock of a [`PluginConfig`], so its readers go on meanwhile.
+    ///
+    /// # Errors
+    /// The store failed (then nothing changed).
+    pub fn store_changes(store: &dyn Store, plugin: &str, changes: &[Change]) -> Result<(), PluginConfigError> {
+        let values: BTreeMap<String, Value> = changes.iter().map(|c| (c.key.clone(), c.new.clone())).collect();
+        Ok(store.config_put(plugin, &values)?)
+    }
+
+    /// Takes `changes` the store committed into this view.
+    pub fn apply(&mut self, changes: &[Change]) {
+        for c in changes {
+            self.values.insert(c.key.clone(), c.new.clone());
+        }
+    }
+
+    /// The store this config lives in, and whose it is.
+    pub fn store(&self) -> (&Arc<dyn Store>, &str) {
+        (&self.store, &self.plugin)
+    }
+
+    /// Coerces and stores `value`, in the store first, then here. Returns the
+    /// change, also when the value did not change (every set is reported).
+    /// Blocks.
+    ///
+    /// # Errors
+    /// An unknown key, a value of the wrong type, or the store failed; then
+    /// nothing changed.
+    pub fn set(&mut self, key: &str, value: &Value) -> Result<Change, PluginConfigError> {
+        let mut one = Map::new();
+        one.insert(key.to_owned(), value.clone());
+        let changes = self.plan(&one)?;
+        Self::store_changes(&*self.store, &self.plugin, &changes)?;
+        self.apply(&changes);
+        let change = changes.into_iter().next();
+        change.ok_or_else(|| ConfigError::UnknownKey { key: key.to_owned(), hint: String::new() }.into())
     }
 }
 
@@ -118,42 +166,12 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn legacy_lines_become_fields() {
-        let lines =
-            ["PUSH_THRESHOLD:int:Push threshold=3", "NAME:str", "ON:bool:Enabled=yes", ""].map(str::to_owned).to_vec();
-        let fields = parse_legacy(&lines).unwrap();
-        assert_eq!(fields.len(), 3);
-        assert_eq!(
-            (fields[0].key.as_str(), fields[0].kind, &fields[0].default),
-            ("PUSH_THRESHOLD", FieldType::Int, &json!(3))
-        );
-        assert_eq!(fields[0].label, "Push threshold");
-        assert_eq!((fields[1].kind, &fields[1].default), (FieldType::Str, &Value::Null));
-        assert_eq!(fields[2].default, json!(true));
-        let err = parse_legacy(&["X:colour".to_owned()]).unwrap_err().to_string();
-        assert!(err.contains("unknown type"), "{err}");
-        assert!(parse_legacy(&[":int".to_owned()]).unwrap_err().to_string().contains("no key"));
-    }
-
-    #[test]
-    fn values_are_coerced_by_type() {
-        assert_eq!(coerce("k", FieldType::Int, &json!("42")).unwrap(), json!(42));
-        assert_eq!(coerce("k", FieldType::Int, &json!(7.0)).unwrap(), json!(7));
-        assert_eq!(coerce("k", FieldType::Float, &json!("0.5")).unwrap(), json!(0.5));
-        assert_eq!(coerce("k", FieldType::Bool, &json!("off")).unwrap(), json!(false));
-        assert_eq!(coerce("k", FieldType::Str, &json!(3)).unwrap(), json!("3"));
-        assert_eq!(coerce("k", FieldType::Json, &json!("{\"a\":1}")).unwrap(), json!({"a": 1}));
-        let err = coerce("LIMIT", FieldType::Int, &json!("many")).unwrap_err().to_string();
-        assert_eq!(err, "config key `LIMIT` expects int, got \"many\"");
-        assert!(coerce("k", FieldType::Int, &json!(1.5)).is_err());
-        assert!(coerce("k", FieldType::Bool, &json!([1])).is_err());
-    }
-
-    #[test]
     fn every_set_is_reported_and_persisted() {
         let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("state.db");
+        let open = || -> Arc<dyn Store> { Arc::new(crate::host::store::sqlite::SqliteStore::open(&db).unwrap()) };
         let schema = parse_legacy(&["LIMIT:int:Limit=3".to_owned(), "NAME:str".to_owned()]).unwrap();
-        let mut config = PluginConfig::open(dir.path(), schema.clone()).unwrap();
+        let mut config = PluginConfig::open(open(), "p", schema.clone()).unwrap();
         assert_eq!(config.get("LIMIT", json!(0)), json!(3), "the schema default");
         assert_eq!(config.get("NAME", json!("anon")), json!("anon"), "the caller's fallback");
         assert_eq!(config.get("OTHER", json!(1)), json!(1));
@@ -167,15 +185,25 @@ mod tests {
         assert!(config.set("LIMIT", &json!("lots")).is_err());
         assert_eq!(config.get("LIMIT", json!(0)), json!(5), "a refused set changes nothing");
 
-        // Survives a restart.
-        let reopened = PluginConfig::open(dir.path(), schema).unwrap();
+        // A store that fails the write: nothing changes, here or on disk.
+        let broken = rusqlite::Connection::open(&db).unwrap();
+        broken
+            .execute_batch(
+                "CREATE TRIGGER no_config BEFORE INSERT ON plugin_config BEGIN SELECT RAISE(ABORT, 'disk says no'); END;",
+            )
+            .unwrap();
+        let err = config.set("LIMIT", &json!(6)).unwrap_err();
+        assert!(matches!(&err, PluginConfigError::Store(e) if e.to_string().contains("disk says no")), "{err}");
+        assert_eq!(config.get("LIMIT", json!(0)), json!(5), "memory as on disk");
+        broken.execute_batch("DROP TRIGGER no_config;").unwrap();
+
+        // Survives a restart; another plugin's config is its own.
+        drop(config);
+        let reopened = PluginConfig::open(open(), "p", schema.clone()).unwrap();
         assert_eq!(
             reopened.values(),
             BTreeMap::from([("LIMIT".to_owned(), json!(5)), ("NAME".to_owned(), Value::Null)])
         );
-
-        std::fs::write(dir.path().join("agent_config.json"), "[1]").unwrap();
-        let err = PluginConfig::open(dir.path(), Vec::new()).unwrap_err().to_string();
-        assert!(err.contains("agent_config.json") && err.contains("not a JSON object"), "{err}");
+        assert_eq!(PluginConfig::open(open(), "q", schema).unwrap().get("LIMIT", Value::Null), json!(3));
     }
 }

@@ -1,12 +1,12 @@
-//! Small TOML record files of the home (`grants.toml`, `plugins-state.toml`):
-//! read whole, changed under an exclusive lock, replaced atomically.
+//! Small TOML record files of the home (`grants.toml`): read whole, changed
+//! under an exclusive lock, replaced atomically. ([`StoreError`] is also how
+//! [`super::state`] reports the state store.)
 //!
 //! Readers never lock: a file is only ever replaced by a rename, so a reader
 //! sees the old or the new one whole. Writers take `flock` on a `.lock` file
 //! next to it, re-read, change and write while holding it, so two processes
 //! recording different plugins at once both keep their record. This module
-//! never decides what a record means; [`super::grants`] and
-//! [`super::state`] do.
+//! never decides what a record means; [`super::grants`] does.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;

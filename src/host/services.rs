@@ -4,19 +4,21 @@
 //! the JSON-RPC methods of persistent workers, and what the component imports
 //! are turned into — so every plugin kind gets exactly the same behaviour.
 //!
-//! State lives under the ctxhost home (`<home>/agent/`): the vfs and the
-//! trigger store are shared by all plugins (`vfs.json`, `triggers.json`),
-//! config and storage are per plugin (`<home>/agent/plugins/<name>/`). Each
-//! store sits behind its own mutex, held only for the in-memory change and its
-//! atomic file write, never across a plugin call, so concurrent agents are
-//! safe and a slow plugin cannot stall another's service call.
+//! State lives in the home's state store (`host::store`, `<home>/state.db`):
+//! the vfs and the triggers are shared by all plugins, config and storage
+//! are per plugin. Every store call runs off the async runtime
+//! (`host::store::off_runtime`), each change one transaction with its quota
+//! checked inside it; no lock is held across an await or a plugin call, so
+//! concurrent agents are safe and a slow plugin cannot stall another's
+//! service call. The one in-memory copy is each plugin's config (schema and
+//! values), changed only after the store committed.
 //!
 //! What needs other plugins — `config_changed` after a set, the
 //! `trigger_append` chain before a trigger is stored, a symbolic vfs node's
 //! content — goes through [`HostCalls`], which the agent engine implements.
 //! This module never runs a plugin itself.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -24,9 +26,11 @@ use serde_json::{Map, Value, json};
 
 use super::BoxFuture;
 use super::config::{Change, Field, PluginConfig};
-use super::storage::{Scope, Storage};
-use super::triggers::Triggers;
-use super::vfs::{Read, Vfs, Writer};
+use super::storage::{Scope, Storage, StorageError};
+use super::triggers::{By, TriggerError, Triggers};
+use super::vfs::{Read, Vfs, VfsError, Writer};
+pub use crate::host::store::quota;
+use crate::host::store::{self, Store, StoreError, off_runtime};
 
 /// JSON-RPC 2.0 error codes the services answer with.
 pub mod code {
@@ -36,61 +40,6 @@ pub mod code {
     pub const INVALID_PARAMS: i64 = -32602;
     /// The service refused (unknown key, not your path, bad trigger, I/O).
     pub const SERVICE: i64 = -32000;
-}
-
-/// What one plugin may keep in the shared stores: a misbehaving plugin must
-/// not fill the host's memory or disk (every vfs write rewrites the file).
-pub mod quota {
-    /// Bytes of one vfs file.
-    pub const VFS_FILE_BYTES: usize = 4 * 1024 * 1024;
-    /// Bytes of all of one plugin's vfs files.
-    pub const VFS_PLUGIN_BYTES: usize = 16 * 1024 * 1024;
-    /// vfs nodes of one plugin.
-    pub const VFS_PLUGIN_NODES: usize = 10_000;
-    /// Bytes of one storage value (as JSON).
-    pub const STORAGE_VALUE_BYTES: usize = 1024 * 1024;
-    /// Keys of one plugin's storage, all scopes.
-    pub const STORAGE_KEYS: usize = 10_000;
-    /// Bytes of all of one plugin's storage values.
-    pub const STORAGE_PLUGIN_BYTES: usize = 16 * 1024 * 1024;
-    /// Triggers one plugin owns.
-    pub const TRIGGERS: usize = 1_000;
-
-    /// Whether storing a value of `value_bytes` under `key` keeps `plugin`
-    /// within its storage quota, in a storage holding `keys` keys and `bytes`
-    /// bytes of values; `replaced` is the size of the value `key` holds now,
-    /// if any. The one check of every storage a plugin writes (the `services`
-    /// storage and a component's `host.storage-*`); the refusal names the limit.
-    ///
-    /// # Errors
-    /// The refusal, naming the plugin or key and the limit.
-    pub fn check_storage_write(
-        plugin: &str,
-        key: &str,
-        value_bytes: usize,
-        replaced: Option<usize>,
-        keys: usize,
-        bytes: usize,
-    ) -> Result<(), String> {
-        if value_bytes > STORAGE_VALUE_BYTES {
-            return Err(format!(
-                "storage value `{key:.80}` is {value_bytes} bytes; a value may hold at most {STORAGE_VALUE_BYTES} bytes"
-            ));
-        }
-        if replaced.is_none() && keys >= STORAGE_KEYS {
-            return Err(format!("plugin '{plugin}' has {keys} storage keys already, the most it may keep"));
-        }
-        // A write that does not grow the storage passes (a storage over the
-        // quota, written before it existed, can still shrink).
-        let after = bytes.saturating_sub(replaced.unwrap_or(0)).saturating_add(value_bytes);
-        if after > STORAGE_PLUGIN_BYTES && value_bytes > replaced.unwrap_or(0) {
-            return Err(format!(
-                "plugin '{plugin}' would keep {after} bytes of storage values; the most it may keep is \
-                 {STORAGE_PLUGIN_BYTES} bytes"
-            ));
-        }
-        Ok(())
-    }
 }
 
 /// A refused service call: a JSON-RPC error code and a message naming what
@@ -108,6 +57,30 @@ impl ServiceError {
     }
     pub(crate) fn service(message: impl std::fmt::Display) -> Self {
         ServiceError { code: code::SERVICE, message: message.to_string() }
+    }
+}
+
+impl From<StoreError> for ServiceError {
+    fn from(e: StoreError) -> Self {
+        ServiceError::service(e.message())
+    }
+}
+
+impl From<VfsError> for ServiceError {
+    fn from(e: VfsError) -> Self {
+        ServiceError::service(e)
+    }
+}
+
+impl From<TriggerError> for ServiceError {
+    fn from(e: TriggerError) -> Self {
+        ServiceError::service(e)
+    }
+}
+
+impl From<StorageError> for ServiceError {
+    fn from(e: StorageError) -> Self {
+        ServiceError::service(e)
     }
 }
 
@@ -132,21 +105,14 @@ pub trait HostCalls: Send + Sync {
 
 /// The stores every plugin shares.
 pub struct SharedServices {
-    dir: PathBuf,
-    vfs: Mutex<Vfs>,
-    triggers: Mutex<Triggers>,
+    store: Arc<dyn Store>,
     host: OnceLock<Weak<dyn HostCalls>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock left the store as it was before the
-    // change (each change is applied in memory only after its checks).
+    // Held only for in-memory reads and changes, never across I/O on the
+    // runtime; a panic there left the view as it was (changed after commits).
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// `<agent dir>/plugins/<plugin>`: one plugin's config and storage.
-pub fn plugin_dir(agent_dir: &Path, plugin: &str) -> PathBuf {
-    agent_dir.join("plugins").join(plugin)
 }
 
 /// Unix seconds now.
@@ -155,22 +121,19 @@ pub fn now_secs() -> u64 {
 }
 
 impl SharedServices {
-    /// Opens (creating the directory) the stores under `dir`, normally
-    /// `<home>/agent`.
+    /// The services on `home`'s state store (opened, and old state files
+    /// imported, on first use in this process). Blocks.
     ///
     /// # Errors
-    /// The directory cannot be made, or a store file is unreadable.
-    pub fn open(dir: &Path) -> Result<Arc<SharedServices>, ServiceError> {
-        std::fs::create_dir_all(dir.join("plugins"))
-            .map_err(|e| ServiceError::service(format!("cannot create {}: {e}", dir.display())))?;
-        let vfs = Vfs::open(&dir.join("vfs.json")).map_err(ServiceError::service)?;
-        let triggers = Triggers::open(&dir.join("triggers.json")).map_err(ServiceError::service)?;
-        Ok(Arc::new(SharedServices {
-            dir: dir.to_owned(),
-            vfs: Mutex::new(vfs),
-            triggers: Mutex::new(triggers),
-            host: OnceLock::new(),
-        }))
+    /// The store cannot be opened, or an old state file cannot be imported
+    /// (named, with the reason; it is left as it was).
+    pub fn open(home: &crate::home::Home) -> Result<Arc<SharedServices>, ServiceError> {
+        Ok(Self::with_store(store::open(home).map_err(|e| ServiceError::service(e.to_string()))?))
+    }
+
+    /// The services on `store`.
+    pub fn with_store(store: Arc<dyn Store>) -> Arc<SharedServices> {
+        Arc::new(SharedServices { store, host: OnceLock::new() })
     }
 
     /// Connects the engine (once; later calls are ignored).
@@ -182,19 +145,45 @@ impl SharedServices {
         self.host.get().and_then(Weak::upgrade)
     }
 
-    /// The vfs, for the embedder (reads everything, writes anywhere).
-    pub fn vfs(&self) -> MutexGuard<'_, Vfs> {
-        lock(&self.vfs)
+    /// The state store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
     }
 
-    /// The trigger store, for the embedder and the watcher.
-    pub fn triggers(&self) -> MutexGuard<'_, Triggers> {
-        lock(&self.triggers)
+    /// The vfs, for the embedder (reads everything, writes anywhere). Its
+    /// methods block: on the runtime, use [`SharedServices::vfs_off`].
+    pub fn vfs(&self) -> Vfs {
+        Vfs::new(self.store.clone())
     }
 
-    /// The per-plugin directory of `plugin`'s config and storage.
-    pub fn plugin_dir(&self, plugin: &str) -> PathBuf {
-        plugin_dir(&self.dir, plugin)
+    /// The trigger store, for the embedder and the clock. Its methods block:
+    /// on the runtime, use [`SharedServices::triggers_off`].
+    pub fn triggers(&self) -> Triggers {
+        Triggers::new(self.store.clone())
+    }
+
+    /// Runs `f` on the vfs off the async runtime.
+    ///
+    /// # Errors
+    /// What `f` returns, or the blocking pool failed it.
+    pub async fn vfs_off<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(Vfs) -> Result<T, VfsError> + Send + 'static,
+    ) -> Result<T, VfsError> {
+        let vfs = self.vfs();
+        off_runtime("vfs", move || f(vfs)).await.map_err(VfsError::Store)?
+    }
+
+    /// Runs `f` on the triggers off the async runtime.
+    ///
+    /// # Errors
+    /// What `f` returns, or the blocking pool failed it.
+    pub async fn triggers_off<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(Triggers) -> Result<T, TriggerError> + Send + 'static,
+    ) -> Result<T, TriggerError> {
+        let triggers = self.triggers();
+        off_runtime("triggers", move || f(triggers)).await.map_err(TriggerError::Store)?
     }
 
     /// A vfs read as the embedder sees it: symbolic nodes computed by their
@@ -203,7 +192,8 @@ impl SharedServices {
     /// `reader` is the plugin reading, if one is: its own symbolic node is an
     /// error (its worker is busy in the very call that reads it).
     pub async fn read_vfs(&self, path: &str, reader: Option<&str>) -> Result<Option<Read>, ServiceError> {
-        let read = self.vfs().read(path);
+        let at = path.to_owned();
+        let read = self.vfs_off(move |vfs| vfs.read(&at)).await?;
         match read {
             Read::Missing => Ok(None),
             Read::Symbolic { owner, path } if Some(owner.as_str()) == reader => {
@@ -223,9 +213,14 @@ impl SharedServices {
 pub struct PluginServices {
     name: String,
     shared: Arc<SharedServices>,
-    config: Mutex<PluginConfig>,
-    storage: Mutex<Storage>,
-    view: ConfigView,
+    /// The schema and the stored values; locked only for in-memory reads
+    /// and changes.
+    config: Arc<Mutex<PluginConfig>>,
+    /// Serialises config changes (store, view file, `config_changed` in
+    /// order); held only off the runtime.
+    config_writes: Arc<Mutex<()>>,
+    storage: Storage,
+    view: Arc<ConfigView>,
 }
 
 /// Where one-shot hooks read the config (`LIBREFANG_PLUGIN_CONFIG`), and the
@@ -248,6 +243,17 @@ impl ConfigView {
     }
 }
 
+impl ConfigView {
+    /// Rewrites the view file (if any) with the base values and `values`.
+    /// Blocks.
+    fn write(&self, values: &std::collections::BTreeMap<String, Value>) -> Result<(), ServiceError> {
+        let Some(file) = &self.file else { return Ok(()) };
+        let mut all = self.base.clone();
+        all.extend(values.iter().map(|(k, v)| (k.clone(), v.clone())));
+        super::save_json(file, &all).map_err(ServiceError::service)
+    }
+}
+
 /// The params object of a call (`null` counts as `{}`).
 fn params_object(params: Value) -> Result<Map<String, Value>, ServiceError> {
     match params {
@@ -264,27 +270,25 @@ fn str_param<'a>(p: &'a Map<String, Value>, key: &str) -> Result<&'a str, Servic
 }
 
 impl PluginServices {
-    /// `plugin`'s services, with its declared config `schema`.
+    /// `plugin`'s services, with its declared config `schema`. Blocks (reads
+    /// its stored config).
     ///
     /// # Errors
-    /// Its directory cannot be made, or its files are unreadable.
+    /// Its stored config cannot be read.
     pub fn open(
         shared: Arc<SharedServices>,
         plugin: &str,
         schema: Vec<Field>,
         view: ConfigView,
     ) -> Result<Self, ServiceError> {
-        let dir = shared.plugin_dir(plugin);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| ServiceError::service(format!("cannot create {}: {e}", dir.display())))?;
-        let config = PluginConfig::open(&dir, schema).map_err(ServiceError::service)?;
-        let storage = Storage::open(&dir).map_err(ServiceError::service)?;
+        let config = PluginConfig::open(shared.store.clone(), plugin, schema).map_err(ServiceError::service)?;
         Ok(PluginServices {
             name: plugin.to_owned(),
+            storage: Storage::new(shared.store.clone(), plugin),
             shared,
-            config: Mutex::new(config),
-            storage: Mutex::new(storage),
-            view,
+            config: Arc::new(Mutex::new(config)),
+            config_writes: Arc::new(Mutex::new(())),
+            view: Arc::new(view),
         })
     }
 
@@ -296,55 +300,83 @@ impl PluginServices {
         &self.shared
     }
 
-    fn write_config_view(&self, values: &std::collections::BTreeMap<String, Value>) -> Result<(), ServiceError> {
-        let Some(file) = &self.view.file else { return Ok(()) };
-        let mut all = self.view.base.clone();
-        all.extend(values.iter().map(|(k, v)| (k.clone(), v.clone())));
-        super::save_json(file, &all).map_err(ServiceError::service)
-    }
-
     /// `{"schema": […], "values": {…}}`: the HTTP config view.
     pub fn config_snapshot(&self) -> Value {
         let config = lock(&self.config);
         json!({"schema": config.schema(), "values": config.values()})
     }
 
-    /// Writes the one-shot config view; called at load.
+    /// Writes the one-shot config view; called at load. Blocks.
     ///
     /// # Errors
     /// The file cannot be written.
     pub fn publish_config(&self) -> Result<(), ServiceError> {
         let values = lock(&self.config).values();
-        self.write_config_view(&values)
+        self.view.write(&values)
     }
 
-    /// Sets several values at once, all or nothing (each checked first),
-    /// firing `config_changed` for each: the HTTP `PUT`.
+    /// Sets several values at once, all or nothing (each checked first, then
+    /// stored in one transaction), firing `config_changed` for each: the HTTP
+    /// `PUT`. The in-memory values and the view file change only after the
+    /// store committed.
     ///
     /// # Errors
-    /// The first key that is unknown or of the wrong type; nothing is set.
-    pub fn set_config(&self, values: &Map<String, Value>) -> Result<Value, ServiceError> {
-        let mut config = lock(&self.config);
-        for (key, value) in values {
-            config.check(key, value).map_err(|e| ServiceError::params(e.to_string()))?;
-        }
-        let mut changes = Vec::new();
-        for (key, value) in values {
-            changes.push(config.set(key, value).map_err(ServiceError::service)?);
-        }
-        let all = config.values();
-        self.write_config_view(&all)?;
-        // Queued while the lock is held (a channel send), so the calls come in
-        // the order the sets were applied.
-        self.announce(changes);
-        Ok(json!(all))
+    /// The first key that is unknown or of the wrong type, or the store
+    /// failed: nothing is set. The view file could not be rewritten: the
+    /// values are set.
+    pub async fn set_config(&self, values: &Map<String, Value>) -> Result<Value, ServiceError> {
+        let (config, gate, view) = (self.config.clone(), self.config_writes.clone(), self.view.clone());
+        let (shared, name, values) = (self.shared.clone(), self.name.clone(), values.clone());
+        off_runtime("config_put", move || {
+            let _writes = lock(&gate);
+            let changes = lock(&config).plan(&values).map_err(|e| ServiceError::params(e.to_string()))?;
+            PluginConfig::store_changes(&*shared.store, &name, &changes).map_err(ServiceError::service)?;
+            let all = {
+                let mut config = lock(&config);
+                config.apply(&changes);
+                config.values()
+            };
+            let written = view.write(&all);
+            // Announced while the writes are serialised (a channel send), so
+            // the calls come in the order the sets were stored.
+            if let Some(host) = shared.host() {
+                for change in changes {
+                    host.config_changed(&name, change);
+                }
+            }
+            written.map(|()| json!(all))
+        })
+        .await?
     }
 
-    fn announce(&self, changes: Vec<Change>) {
-        if let Some(host) = self.shared.host() {
-            for change in changes {
-                host.config_changed(&self.name, change);
-            }
+    /// Replaces the schema (`config.register`) and rewrites the view file.
+    async fn register_config(&self, fields: Vec<Field>) -> Result<Value, ServiceError> {
+        let (config, gate, view) = (self.config.clone(), self.config_writes.clone(), self.view.clone());
+        off_runtime("config_register", move || {
+            let _writes = lock(&gate);
+            let values = {
+                let mut config = lock(&config);
+                config.set_schema(fields);
+                config.values()
+            };
+            view.write(&values).map(|()| json!(values))
+        })
+        .await?
+    }
+
+    /// `(scope, key)` of a storage call; the agent is the call's unless given.
+    fn storage_target(p: &Map<String, Value>, ctx: &CallContext) -> Result<(Option<String>, String), ServiceError> {
+        let key = str_param(p, "key")?.to_owned();
+        let agent = p.get("agent_id").and_then(Value::as_str).or(ctx.agent_id.as_deref());
+        match p.get("scope").and_then(Value::as_str).unwrap_or("global") {
+            "global" => Ok((None, key)),
+            "session" => match agent.filter(|a| !a.is_empty()) {
+                Some(agent) => Ok((Some(agent.to_owned()), key)),
+                None => Err(ServiceError::params(
+                    "`session` scope needs an agent: give `agent_id` or call during an agent's hook",
+                )),
+            },
+            other => Err(ServiceError::params(format!("`scope` must be global or session, not {other:?}"))),
         }
     }
 
@@ -356,7 +388,6 @@ impl PluginServices {
     /// ([`code::INVALID_PARAMS`]) or a refusal ([`code::SERVICE`]).
     pub async fn dispatch(&self, method: &str, params: Value, ctx: &CallContext) -> Result<Value, ServiceError> {
         let p = params_object(params)?;
-        let me = Writer::Plugin(&self.name);
         match method {
             "config.get" => {
                 let key = str_param(&p, "key")?;
@@ -367,20 +398,14 @@ impl PluginServices {
                 let value = p.get("value").ok_or_else(|| ServiceError::params("`value` is missing"))?;
                 let mut one = Map::new();
                 one.insert(key.to_owned(), value.clone());
-                self.set_config(&one)?;
-                Ok(lock(&self.config).get(key, Value::Null))
+                let all = self.set_config(&one).await?;
+                Ok(all.get(key).cloned().unwrap_or(Value::Null))
             }
             "config.list" => Ok(self.config_snapshot()),
             "config.register" => {
                 let schema = p.get("schema").cloned().unwrap_or(Value::Array(Vec::new()));
                 let fields = super::config::parse_schema(&schema).map_err(|e| ServiceError::params(e.to_string()))?;
-                let values = {
-                    let mut config = lock(&self.config);
-                    config.set_schema(fields);
-                    config.values()
-                };
-                self.write_config_view(&values)?;
-                Ok(json!(values))
+                self.register_config(fields).await
             }
             "vfs.read" => {
                 let path = str_param(&p, "path")?;
@@ -391,26 +416,27 @@ impl PluginServices {
                 })
             }
             "vfs.write" => {
-                let path = str_param(&p, "path")?;
-                let content = str_param(&p, "content")?;
-                let mut vfs = self.shared.vfs();
-                self.check_vfs_quota(&vfs, path, content.len())?;
-                vfs.write(me, path, content).map(Value::String).map_err(ServiceError::service)
+                let (path, content) = (str_param(&p, "path")?.to_owned(), str_param(&p, "content")?.to_owned());
+                let me = self.name.clone();
+                let written = self.shared.vfs_off(move |vfs| vfs.write(Writer::Plugin(&me), &path, &content)).await?;
+                Ok(Value::String(written))
             }
             "vfs.write_symbolic" => {
-                let path = str_param(&p, "path")?;
+                let path = str_param(&p, "path")?.to_owned();
                 let searchable = p.get("searchable").and_then(Value::as_bool).unwrap_or(false);
-                let mut vfs = self.shared.vfs();
-                self.check_vfs_quota(&vfs, path, 0)?;
-                vfs.write_symbolic(me, path, searchable).map(Value::String).map_err(ServiceError::service)
+                let me = self.name.clone();
+                let written =
+                    self.shared.vfs_off(move |vfs| vfs.write_symbolic(Writer::Plugin(&me), &path, searchable)).await?;
+                Ok(Value::String(written))
             }
             "vfs.delete" => {
-                let path = str_param(&p, "path")?;
-                self.shared.vfs().delete(me, path).map(Value::Bool).map_err(ServiceError::service)
+                let path = str_param(&p, "path")?.to_owned();
+                let me = self.name.clone();
+                Ok(Value::Bool(self.shared.vfs_off(move |vfs| vfs.delete(Writer::Plugin(&me), &path)).await?))
             }
             "vfs.list" => {
-                let path = p.get("path").and_then(Value::as_str).unwrap_or("/");
-                Ok(json!(self.shared.vfs().list(path)))
+                let path = p.get("path").and_then(Value::as_str).unwrap_or("/").to_owned();
+                Ok(json!(self.shared.vfs_off(move |vfs| vfs.list(&path)).await?))
             }
             "trigger.create" => {
                 let trigger = match p.get("trigger") {
@@ -421,62 +447,42 @@ impl PluginServices {
                 self.create_trigger(trigger).await
             }
             "trigger.get" => {
-                let id = str_param(&p, "id")?;
-                Ok(self.shared.triggers().get(id).cloned().map_or(Value::Null, Value::Object))
+                let id = str_param(&p, "id")?.to_owned();
+                Ok(self.shared.triggers_off(move |t| t.get(&id)).await?.map_or(Value::Null, Value::Object))
             }
-            "trigger.list" => Ok(json!(self.shared.triggers().list())),
+            "trigger.list" => Ok(json!(self.shared.triggers_off(|t| t.list()).await?)),
             "trigger.update" => {
-                let id = str_param(&p, "id")?;
+                let id = str_param(&p, "id")?.to_owned();
                 let mut patch = match p.get("patch").or_else(|| p.get("changes")) {
                     Some(Value::Object(m)) => m.clone(),
                     _ => return Err(ServiceError::params("`patch` must be an object")),
                 };
                 // The owner is the host's record, not the plugin's to change.
                 patch.remove("plugin");
-                let mut triggers = self.shared.triggers();
-                self.check_owner(&triggers, id)?;
-                triggers.update(id, &patch).map(|t| Value::Object(t.clone())).map_err(ServiceError::service)
+                let me = self.name.clone();
+                let updated = self.shared.triggers_off(move |t| t.update(&id, &patch, By::Plugin(&me))).await?;
+                Ok(Value::Object(updated))
             }
             "trigger.delete" => {
-                let id = str_param(&p, "id")?;
-                let mut triggers = self.shared.triggers();
-                self.check_owner(&triggers, id)?;
-                triggers.delete(id).map(Value::Bool).map_err(ServiceError::service)
+                let id = str_param(&p, "id")?.to_owned();
+                let me = self.name.clone();
+                Ok(Value::Bool(self.shared.triggers_off(move |t| t.delete(&id, By::Plugin(&me))).await?))
             }
             "storage.get" | "storage.set" | "storage.delete" => {
-                let key = str_param(&p, "key")?;
-                let agent = p.get("agent_id").and_then(Value::as_str).or(ctx.agent_id.as_deref());
-                let scope = match p.get("scope").and_then(Value::as_str).unwrap_or("global") {
-                    "global" => Scope::Global,
-                    "session" => Scope::Session(agent.filter(|a| !a.is_empty()).ok_or_else(|| {
-                        ServiceError::params(
-                            "`session` scope needs an agent: give `agent_id` or call during an agent's hook",
-                        )
-                    })?),
-                    other => {
-                        return Err(ServiceError::params(format!("`scope` must be global or session, not {other:?}")));
+                let (agent, key) = Self::storage_target(&p, ctx)?;
+                let storage = self.storage.clone();
+                let value = p.get("value").cloned().unwrap_or(Value::Null);
+                let op = method.to_owned();
+                off_runtime("storage", move || {
+                    let scope = agent.as_deref().map_or(Scope::Global, Scope::Session);
+                    match op.as_str() {
+                        "storage.get" => storage.get(scope, &key).map(|v| v.unwrap_or(Value::Null)),
+                        "storage.set" => storage.set(scope, &key, &value).map(|()| Value::Null),
+                        _ => storage.delete(scope, &key).map(Value::Bool),
                     }
-                };
-                let mut storage = lock(&self.storage);
-                match method {
-                    "storage.get" => Ok(storage.get(scope, key).cloned().unwrap_or(Value::Null)),
-                    "storage.set" => {
-                        let value = p.get("value").cloned().unwrap_or(Value::Null);
-                        let size = |v: &Value| serde_json::to_vec(v).map_or(0, |v| v.len());
-                        let replaced = storage.get(scope, key).map(size);
-                        quota::check_storage_write(
-                            &self.name,
-                            key,
-                            size(&value),
-                            replaced,
-                            storage.len(),
-                            storage.bytes(),
-                        )
-                        .map_err(ServiceError::service)?;
-                        storage.set(scope, key, value).map(|()| Value::Null).map_err(ServiceError::service)
-                    }
-                    _ => storage.delete(scope, key).map(Value::Bool).map_err(ServiceError::service),
-                }
+                })
+                .await?
+                .map_err(ServiceError::from)
             }
             "log" => {
                 let message = p.get("message").and_then(Value::as_str).unwrap_or_default();
@@ -498,48 +504,19 @@ impl PluginServices {
         }
     }
 
-    /// Whether writing `bytes` at `path` keeps the plugin within its vfs quota.
-    fn check_vfs_quota(&self, vfs: &Vfs, path: &str, bytes: usize) -> Result<(), ServiceError> {
-        if bytes > quota::VFS_FILE_BYTES {
-            return Err(ServiceError::service(format!(
-                "{path}: {bytes} bytes; a vfs file may hold at most {} bytes",
-                quota::VFS_FILE_BYTES
-            )));
-        }
-        let (nodes, used) = vfs.usage(&self.name, path);
-        if nodes + 1 > quota::VFS_PLUGIN_NODES || used + bytes > quota::VFS_PLUGIN_BYTES {
-            return Err(ServiceError::service(format!(
-                "plugin '{}' would keep {} vfs nodes and {} bytes; the most it may keep is {} nodes and {} bytes",
-                self.name,
-                nodes + 1,
-                used + bytes,
-                quota::VFS_PLUGIN_NODES,
-                quota::VFS_PLUGIN_BYTES
-            )));
-        }
-        Ok(())
-    }
-
-    /// A plugin changes only the triggers it created; one without an owner
-    /// is the embedder's.
-    fn check_owner(&self, triggers: &Triggers, id: &str) -> Result<(), ServiceError> {
-        let Some(trigger) = triggers.get(id) else { return Ok(()) };
-        match trigger.get("plugin").and_then(Value::as_str) {
-            Some(owner) if owner == self.name => Ok(()),
-            Some(owner) => Err(ServiceError::service(format!(
-                "trigger `{id}` belongs to plugin '{owner}'; a plugin changes only its own triggers"
-            ))),
-            None => Err(ServiceError::service(format!(
-                "trigger `{id}` belongs to the embedder; a plugin changes only its own triggers"
-            ))),
-        }
-    }
-
     async fn create_trigger(&self, mut trigger: Map<String, Value>) -> Result<Value, ServiceError> {
         trigger.insert("plugin".into(), Value::String(self.name.clone()));
         let id = trigger.get("id").cloned();
         if let Some(id) = id.as_ref().and_then(Value::as_str) {
-            self.check_owner(&self.shared.triggers(), id)?;
+            // Refused before the chain runs; the store checks again when it
+            // stores it (the chain is awaited meanwhile).
+            let (id, me) = (id.to_owned(), self.name.clone());
+            self.shared
+                .triggers_off(move |t| match t.get(&id)? {
+                    Some(existing) => super::triggers::may_change(&id, &existing, &me),
+                    None => Ok(()),
+                })
+                .await?;
         }
         let host = self.shared.host();
         let mut trigger = match host {
@@ -560,20 +537,9 @@ impl PluginServices {
             Some(id) => trigger.insert("id".into(), id),
             None => trigger.remove("id"),
         };
-        let mut triggers = self.shared.triggers();
-        if let Some(id) = trigger.get("id").and_then(Value::as_str) {
-            // Checked again under the lock: the chain was awaited.
-            self.check_owner(&triggers, id)?;
-            let mine =
-                triggers.list().iter().filter(|t| t.get("plugin").and_then(Value::as_str) == Some(&self.name)).count();
-            if triggers.get(id).is_none() && mine >= quota::TRIGGERS {
-                return Err(ServiceError::service(format!(
-                    "plugin '{}' has {mine} triggers already, the most it may keep",
-                    self.name
-                )));
-            }
-        }
-        triggers.create(trigger, now_secs()).map(Value::String).map_err(ServiceError::service)
+        let me = self.name.clone();
+        let id = self.shared.triggers_off(move |t| t.create(trigger, now_secs(), By::Plugin(&me))).await?;
+        Ok(Value::String(id))
     }
 }
 
@@ -605,7 +571,7 @@ mod tests {
 
     fn two_plugins() -> (tempfile::TempDir, PluginServices, PluginServices) {
         let dir = tempfile::tempdir().unwrap();
-        let shared = SharedServices::open(dir.path()).unwrap();
+        let shared = SharedServices::open(&crate::home::Home::at(dir.path())).unwrap();
         let a = PluginServices::open(shared.clone(), "a", Vec::new(), ConfigView::default()).unwrap();
         let b = PluginServices::open(shared, "b", Vec::new(), ConfigView::default()).unwrap();
         (dir, a, b)
@@ -630,7 +596,7 @@ mod tests {
         assert_eq!((&out["plugin"], &out["priority"]), (&json!("a"), &json!(3)));
         // One without an owner is the embedder's.
         let host = json!({"id": "h", "type": "interval", "interval_seconds": 5});
-        a.shared().triggers().create(host.as_object().unwrap().clone(), 0).unwrap();
+        a.shared().triggers().create(host.as_object().unwrap().clone(), 0, By::Host).unwrap();
         let err = run(&a, "trigger.update", json!({"id": "h", "patch": {"payload": 1}})).unwrap_err();
         assert!(err.message.contains("belongs to the embedder"), "{err}");
         assert!(run(&a, "trigger.delete", json!({"id": "h"})).is_err());

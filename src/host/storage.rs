@@ -2,124 +2,73 @@
 //! (`../shared/spec/agent-hooks.md`, "Host services": storage): per plugin,
 //! in two scopes — `global`, and `session` (one space per agent).
 //!
-//! Values are JSON. Each plugin's storage is one file in its data dir
-//! (`agent_storage.json`), replaced atomically; plugins never see each
-//! other's. This module stores; it does no locking of its own (one
-//! `Storage` per plugin, behind the caller's lock).
+//! Values are JSON, kept in the state store (`host::store`), which holds each
+//! plugin to its quota in the write's transaction; plugins never see each
+//! other's. This module has no state and no lock of its own.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Where a key lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope<'a> {
-    Global,
-    /// One agent's session.
-    Session(&'a str),
-}
+pub use crate::host::store::Scope;
+use crate::host::store::{Store, StoreError, StoreErrorKind, quota};
 
-/// A storage file that cannot be read or written.
+/// A storage write that was refused or failed.
 #[derive(Debug, thiserror::Error)]
-#[error("storage file `{}`: {reason}", file.display())]
-pub struct StorageError {
-    pub file: PathBuf,
-    pub reason: String,
+#[non_exhaustive]
+pub enum StorageError {
+    /// Over the plugin's quota (the text names the limit).
+    #[error("{0}")]
+    Quota(String),
+    #[error(transparent)]
+    Store(StoreError),
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Spaces {
-    #[serde(default)]
-    global: BTreeMap<String, Value>,
-    #[serde(default)]
-    sessions: BTreeMap<String, BTreeMap<String, Value>>,
+impl From<StoreError> for StorageError {
+    fn from(e: StoreError) -> Self {
+        match e.kind {
+            StoreErrorKind::Quota(reason) => StorageError::Quota(reason),
+            _ => StorageError::Store(e),
+        }
+    }
 }
 
-/// One plugin's storage.
-#[derive(Debug)]
+/// One plugin's storage. Every method blocks (a store call): on the async
+/// runtime, call it through `host::store::off_runtime`.
+#[derive(Clone)]
 pub struct Storage {
-    spaces: Spaces,
-    file: PathBuf,
+    store: Arc<dyn Store>,
+    plugin: String,
 }
 
 impl Storage {
-    /// The storage kept in `data_dir` (none yet: empty).
+    /// `plugin`'s storage in `store`.
+    pub fn new(store: Arc<dyn Store>, plugin: &str) -> Storage {
+        Storage { store, plugin: plugin.to_owned() }
+    }
+
+    /// The value under `key`, if any.
     ///
     /// # Errors
-    /// A file that exists but cannot be read or parsed.
-    pub fn open(data_dir: &Path) -> Result<Storage, StorageError> {
-        let file = data_dir.join("agent_storage.json");
-        let fail = |reason: String| StorageError { file: file.clone(), reason };
-        let spaces = super::load_json(&file).map_err(|e| fail(e.to_string()))?;
-        Ok(Storage { spaces, file })
+    /// The store failed.
+    pub fn get(&self, scope: Scope<'_>, key: &str) -> Result<Option<Value>, StorageError> {
+        Ok(self.store.storage_get(&self.plugin, scope, key)?)
     }
 
-    fn space(&self, scope: Scope<'_>) -> Option<&BTreeMap<String, Value>> {
-        match scope {
-            Scope::Global => Some(&self.spaces.global),
-            Scope::Session(agent) => self.spaces.sessions.get(agent),
-        }
-    }
-
-    /// How many keys the storage holds, in every scope.
-    pub fn len(&self) -> usize {
-        self.spaces.global.len() + self.spaces.sessions.values().map(BTreeMap::len).sum::<usize>()
-    }
-
-    /// Bytes of all values, as JSON, in every scope (what the storage quota counts).
-    pub fn bytes(&self) -> usize {
-        let size = |v: &Value| serde_json::to_vec(v).map_or(0, |v| v.len());
-        let spaces = std::iter::once(&self.spaces.global).chain(self.spaces.sessions.values());
-        spaces.flat_map(BTreeMap::values).map(size).sum()
-    }
-
-    /// Whether it holds nothing.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    pub fn get(&self, scope: Scope<'_>, key: &str) -> Option<&Value> {
-        self.space(scope).and_then(|s| s.get(key))
-    }
-
-    /// Stores `value` under `key`, persisting at once.
+    /// Stores `value` under `key`, within the plugin's quota.
     ///
     /// # Errors
-    /// The file cannot be written.
-    pub fn set(&mut self, scope: Scope<'_>, key: &str, value: Value) -> Result<(), StorageError> {
-        let space = match scope {
-            Scope::Global => &mut self.spaces.global,
-            Scope::Session(agent) => self.spaces.sessions.entry(agent.to_owned()).or_default(),
-        };
-        space.insert(key.to_owned(), value);
-        self.save()
+    /// Over the quota, or the store failed (then nothing changed).
+    pub fn set(&self, scope: Scope<'_>, key: &str, value: &Value) -> Result<(), StorageError> {
+        Ok(self.store.storage_put(&self.plugin, scope, key, value, Some(&quota::STORAGE))?)
     }
 
     /// Removes `key`; `true` when it was there.
     ///
     /// # Errors
-    /// The file cannot be written.
-    pub fn delete(&mut self, scope: Scope<'_>, key: &str) -> Result<bool, StorageError> {
-        let removed = match scope {
-            Scope::Global => self.spaces.global.remove(key).is_some(),
-            Scope::Session(agent) => {
-                let removed = self.spaces.sessions.get_mut(agent).is_some_and(|s| s.remove(key).is_some());
-                if self.spaces.sessions.get(agent).is_some_and(BTreeMap::is_empty) {
-                    self.spaces.sessions.remove(agent);
-                }
-                removed
-            }
-        };
-        if removed {
-            self.save()?;
-        }
-        Ok(removed)
-    }
-
-    fn save(&self) -> Result<(), StorageError> {
-        super::save_json(&self.file, &self.spaces).map_err(|reason| StorageError { file: self.file.clone(), reason })
+    /// The store failed.
+    pub fn delete(&self, scope: Scope<'_>, key: &str) -> Result<bool, StorageError> {
+        Ok(self.store.storage_delete(&self.plugin, scope, key)?)
     }
 }
 
@@ -131,24 +80,25 @@ mod tests {
     #[test]
     fn scopes_are_apart_and_survive_a_restart() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = Storage::open(dir.path()).unwrap();
-        s.set(Scope::Global, "count", json!(1)).unwrap();
-        s.set(Scope::Session("a1"), "count", json!(10)).unwrap();
-        s.set(Scope::Session("a2"), "mood", json!("calm")).unwrap();
-        assert_eq!(s.get(Scope::Global, "count"), Some(&json!(1)));
-        assert_eq!(s.get(Scope::Session("a1"), "count"), Some(&json!(10)));
-        assert_eq!(s.get(Scope::Session("a2"), "count"), None, "another agent's session");
-        assert_eq!(s.get(Scope::Session("a3"), "mood"), None);
+        let db = dir.path().join("state.db");
+        let open = || -> Arc<dyn Store> { Arc::new(crate::host::store::sqlite::SqliteStore::open(&db).unwrap()) };
+        let s = Storage::new(open(), "p");
+        s.set(Scope::Global, "count", &json!(1)).unwrap();
+        s.set(Scope::Session("a1"), "count", &json!(10)).unwrap();
+        s.set(Scope::Session("a2"), "mood", &json!("calm")).unwrap();
+        assert_eq!(s.get(Scope::Global, "count").unwrap(), Some(json!(1)));
+        assert_eq!(s.get(Scope::Session("a1"), "count").unwrap(), Some(json!(10)));
+        assert_eq!(s.get(Scope::Session("a2"), "count").unwrap(), None, "another agent's session");
+        assert_eq!(s.get(Scope::Session("a3"), "mood").unwrap(), None);
+        assert_eq!(Storage::new(open(), "q").get(Scope::Global, "count").unwrap(), None, "another plugin's");
 
         assert!(s.delete(Scope::Session("a1"), "count").unwrap());
         assert!(!s.delete(Scope::Session("a1"), "count").unwrap());
-        assert_eq!(s.get(Scope::Global, "count"), Some(&json!(1)), "global untouched");
+        assert_eq!(s.get(Scope::Global, "count").unwrap(), Some(json!(1)), "global untouched");
 
-        let again = Storage::open(dir.path()).unwrap();
-        assert_eq!(again.get(Scope::Session("a2"), "mood"), Some(&json!("calm")));
-        assert_eq!(again.get(Scope::Global, "count"), Some(&json!(1)));
-
-        std::fs::write(dir.path().join("agent_storage.json"), "nope").unwrap();
-        assert!(Storage::open(dir.path()).unwrap_err().to_string().contains("agent_storage.json"));
+        drop(s);
+        let again = Storage::new(open(), "p");
+        assert_eq!(again.get(Scope::Session("a2"), "mood").unwrap(), Some(json!("calm")));
+        assert_eq!(again.get(Scope::Global, "count").unwrap(), Some(json!(1)));
     }
 }

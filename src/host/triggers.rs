@@ -7,18 +7,20 @@
 //! fires once), `{"type":"interval","interval_seconds":N}` (every N seconds
 //! from its creation), `{"type":"event","event_name":…}` (fired by
 //! [`Triggers::event`]). `lifespan` (seconds from creation) removes a trigger
-//! without firing it. Persisted as one JSON file.
+//! without firing it. Kept in the state store (`host::store`), which checks
+//! owners and the per-plugin quota in the change's transaction; each trigger
+//! carries its next wake time, so the clock reads only the due ones.
 //!
 //! This module decides what is due; it never calls a plugin (the watcher
 //! passes each firing through `trigger_fire`, then to the embedder).
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// Why a trigger change was refused.
+use crate::host::store::{Actor, DueStep, Store, StoreError, StoreErrorKind, TriggerRecord, quota};
+
+/// Why a trigger change was refused or failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TriggerError {
@@ -28,17 +30,56 @@ pub enum TriggerError {
     Unknown(String),
     #[error("trigger `{id}`: {reason}")]
     Invalid { id: String, reason: String },
-    #[error("trigger file `{}`: {reason}", file.display())]
-    File { file: PathBuf, reason: String },
+    /// A plugin changing a trigger that is not its own.
+    #[error("{0}")]
+    NotYours(String),
+    /// Over the plugin's trigger quota.
+    #[error("{0}")]
+    Quota(String),
+    #[error(transparent)]
+    Store(StoreError),
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Stored {
-    trigger: Map<String, Value>,
-    /// Unix seconds.
-    created: u64,
-    /// Unix seconds of the last firing, if any.
-    fired: Option<u64>,
+impl From<StoreError> for TriggerError {
+    fn from(e: StoreError) -> Self {
+        match e.kind {
+            StoreErrorKind::Quota(reason) => TriggerError::Quota(reason),
+            kind @ StoreErrorKind::NotYours { .. } => TriggerError::NotYours(kind.to_string()),
+            _ => TriggerError::Store(e),
+        }
+    }
+}
+
+/// Who changes a trigger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum By<'a> {
+    /// The embedder or the operator: any trigger.
+    Host,
+    /// A plugin: only its own (its `plugin` field), within its quota.
+    Plugin(&'a str),
+}
+
+impl<'a> By<'a> {
+    fn actor_for(self) -> Actor<'a> {
+        match self {
+            By::Host => Actor::Host,
+            By::Plugin(name) => Actor::Plugin { name, max_triggers: quota::TRIGGERS },
+        }
+    }
+}
+
+/// Whether plugin `name` may change `trigger` (stored as `id`): only its
+/// own, as the store checks it.
+///
+/// # Errors
+/// Another plugin's trigger, or the embedder's.
+pub fn may_change(id: &str, trigger: &Map<String, Value>, name: &str) -> Result<(), TriggerError> {
+    let owner = trigger.get("plugin").and_then(Value::as_str);
+    if owner == Some(name) {
+        return Ok(());
+    }
+    let kind = StoreErrorKind::NotYours { id: id.to_owned(), owner: owner.map(str::to_owned) };
+    Err(TriggerError::NotYours(kind.to_string()))
 }
 
 /// What [`Triggers::due`] found.
@@ -50,11 +91,11 @@ pub struct Due {
     pub expired: Vec<String>,
 }
 
-/// All triggers, and the file they live in.
-#[derive(Debug)]
+/// The triggers, kept in the state store. Every method blocks (a store
+/// call): on the async runtime, call it through `host::store::off_runtime`.
+#[derive(Clone)]
 pub struct Triggers {
-    stored: BTreeMap<String, Stored>,
-    file: PathBuf,
+    store: Arc<dyn Store>,
 }
 
 fn num(t: &Map<String, Value>, key: &str) -> Option<f64> {
@@ -108,15 +149,55 @@ fn merge(target: &mut Map<String, Value>, patch: &Map<String, Value>) {
     }
 }
 
+/// Unix seconds `x` rounded up (what an integer clock compares against).
+fn ceil_secs(x: f64) -> u64 {
+    // `as` saturates: a huge interval never wakes, a past one at once.
+    x.max(0.0).ceil() as u64
+}
+
+/// Whether `t`'s lifespan has run out at `now`.
+fn expired(t: &Map<String, Value>, created: u64, now: u64) -> bool {
+    num(t, "lifespan").is_some_and(|l| created as f64 + l <= now as f64)
+}
+
+/// When the clock must look at a trigger next: its next firing or its
+/// expiry, whichever comes first; `None` for one that only an event fires.
+fn wake_at(t: &Map<String, Value>, created: u64, fired: Option<u64>) -> Option<u64> {
+    let expiry = num(t, "lifespan").map(|l| ceil_secs(created as f64 + l));
+    let firing = match t.get("type").and_then(Value::as_str) {
+        Some("datetime") => t.get("target").and_then(target_secs),
+        Some("interval") => num(t, "interval_seconds").map(|every| ceil_secs(fired.unwrap_or(created) as f64 + every)),
+        _ => None,
+    };
+    expiry.into_iter().chain(firing).min()
+}
+
+/// What the clock does at `now` with a trigger that woke.
+fn step(r: &TriggerRecord, now: u64) -> DueStep {
+    let t = &r.trigger;
+    if expired(t, r.created, now) {
+        return DueStep::Expire;
+    }
+    match t.get("type").and_then(Value::as_str) {
+        Some("datetime") if t.get("target").and_then(target_secs).is_some_and(|at| at <= now) => DueStep::FireOnce,
+        Some("interval")
+            if (r.fired.unwrap_or(r.created) as f64 + num(t, "interval_seconds").unwrap_or(f64::INFINITY))
+                <= now as f64 =>
+        {
+            DueStep::Fire { fired: now, wake: wake_at(t, r.created, Some(now)) }
+        }
+        _ => DueStep::Wait { wake: wake_at(t, r.created, r.fired) },
+    }
+}
+
+fn by_priority(all: &mut [Map<String, Value>]) {
+    all.sort_by(|a, b| num(b, "priority").unwrap_or(0.0).total_cmp(&num(a, "priority").unwrap_or(0.0)));
+}
+
 impl Triggers {
-    /// The triggers stored in `file` (none yet: empty).
-    ///
-    /// # Errors
-    /// A file that exists but cannot be read or parsed.
-    pub fn open(file: &Path) -> Result<Triggers, TriggerError> {
-        let fail = |reason: String| TriggerError::File { file: file.to_owned(), reason };
-        let stored = super::load_json(file).map_err(|e| fail(e.to_string()))?;
-        Ok(Triggers { stored, file: file.to_owned() })
+    /// The triggers in `store`.
+    pub fn new(store: Arc<dyn Store>) -> Triggers {
+        Triggers { store }
     }
 
     fn check(t: &Map<String, Value>) -> Result<String, TriggerError> {
@@ -137,119 +218,109 @@ impl Triggers {
         }
     }
 
-    /// Creates or replaces (by `id`) a trigger at time `now`.
+    /// Creates or replaces (by `id`) a trigger at time `now`, as `by` may.
     ///
     /// # Errors
-    /// No `id`, a bad `type`, or the file cannot be saved.
-    pub fn create(&mut self, trigger: Map<String, Value>, now: u64) -> Result<String, TriggerError> {
+    /// No `id`, a bad `type`, another's trigger, over the plugin's quota, or
+    /// the store failed (then nothing changed).
+    pub fn create(&self, trigger: Map<String, Value>, now: u64, by: By<'_>) -> Result<String, TriggerError> {
         let id = Self::check(&trigger)?;
-        self.stored.insert(id.clone(), Stored { trigger, created: now, fired: None });
-        self.save()?;
+        let wake = wake_at(&trigger, now, None);
+        let record = TriggerRecord { id: id.clone(), trigger, created: now, fired: None, wake };
+        self.store.trigger_put(&record, by.actor_for())?;
         Ok(id)
     }
 
-    pub fn get(&self, id: &str) -> Option<&Map<String, Value>> {
-        self.stored.get(id).map(|s| &s.trigger)
+    /// Trigger `id`, if any.
+    ///
+    /// # Errors
+    /// The store failed.
+    pub fn get(&self, id: &str) -> Result<Option<Map<String, Value>>, TriggerError> {
+        Ok(self.store.trigger_get(id)?.map(|r| r.trigger))
     }
 
     /// Every trigger, highest `priority` first, then by id.
-    pub fn list(&self) -> Vec<&Map<String, Value>> {
-        let mut all: Vec<&Map<String, Value>> = self.stored.values().map(|s| &s.trigger).collect();
-        all.sort_by(|a, b| num(b, "priority").unwrap_or(0.0).total_cmp(&num(a, "priority").unwrap_or(0.0)));
-        all
-    }
-
-    /// Merges `patch` into trigger `id` (RFC 7396; its `id` cannot change).
     ///
     /// # Errors
-    /// No such trigger, a result that is not a valid trigger, or the file
-    /// cannot be saved. A refused patch changes nothing.
-    pub fn update(&mut self, id: &str, patch: &Map<String, Value>) -> Result<&Map<String, Value>, TriggerError> {
-        let stored = self.stored.get(id).ok_or_else(|| TriggerError::Unknown(id.to_owned()))?;
-        let mut merged = stored.trigger.clone();
-        merge(&mut merged, patch);
-        merged.insert("id".into(), Value::String(id.to_owned()));
-        Self::check(&merged)?;
-        if let Some(s) = self.stored.get_mut(id) {
-            s.trigger = merged;
-        }
-        self.save()?;
-        self.get(id).ok_or_else(|| TriggerError::Unknown(id.to_owned()))
+    /// The store failed.
+    pub fn list(&self) -> Result<Vec<Map<String, Value>>, TriggerError> {
+        let mut all: Vec<Map<String, Value>> = self.store.trigger_list()?.into_iter().map(|r| r.trigger).collect();
+        by_priority(&mut all);
+        Ok(all)
     }
 
-    /// Deletes trigger `id`; `true` when there was one.
+    /// Merges `patch` into trigger `id` (RFC 7396; its `id` cannot change),
+    /// as `by` may; the trigger as it is now.
     ///
     /// # Errors
-    /// The file cannot be saved.
-    pub fn delete(&mut self, id: &str) -> Result<bool, TriggerError> {
-        let had = self.stored.remove(id).is_some();
-        if had {
-            self.save()?;
+    /// No such trigger, a result that is not a valid trigger, another's
+    /// trigger, or the store failed. A refused patch changes nothing.
+    pub fn update(&self, id: &str, patch: &Map<String, Value>, by: By<'_>) -> Result<Map<String, Value>, TriggerError> {
+        let mut refused = None;
+        let updated = self.store.trigger_update(id, by.actor_for(), &mut |old| {
+            let mut merged = old.trigger.clone();
+            merge(&mut merged, patch);
+            merged.insert("id".into(), Value::String(id.to_owned()));
+            match Self::check(&merged) {
+                Ok(_) => {
+                    Ok(TriggerRecord { wake: wake_at(&merged, old.created, old.fired), trigger: merged, ..old.clone() })
+                }
+                Err(e) => {
+                    let text = e.to_string();
+                    refused = Some(e);
+                    Err(text)
+                }
+            }
+        });
+        match updated {
+            Ok(Some(record)) => Ok(record.trigger),
+            Ok(None) => Err(TriggerError::Unknown(id.to_owned())),
+            Err(e) => Err(refused.unwrap_or_else(|| e.into())),
         }
-        Ok(had)
+    }
+
+    /// Deletes trigger `id`, as `by` may; `true` when there was one.
+    ///
+    /// # Errors
+    /// Another's trigger, or the store failed.
+    pub fn delete(&self, id: &str, by: By<'_>) -> Result<bool, TriggerError> {
+        Ok(self.store.trigger_delete(id, by.actor_for())?)
     }
 
     /// At `now`: removes expired triggers (without firing them) and returns
     /// the time triggers due, recording their firing (a datetime trigger
-    /// fires once and is removed).
+    /// fires once and is removed). Only the triggers whose wake time came
+    /// are read and written.
     ///
     /// # Errors
-    /// The file cannot be saved.
-    pub fn due(&mut self, now: u64) -> Result<Due, TriggerError> {
+    /// The store failed (then nothing was claimed).
+    pub fn due(&self, now: u64) -> Result<Due, TriggerError> {
+        let taken = self.store.triggers_take_due(now, &mut |r| step(r, now))?;
         let mut due = Due::default();
-        let expired: Vec<String> = self
-            .stored
-            .iter()
-            .filter(|(_, s)| num(&s.trigger, "lifespan").is_some_and(|l| s.created as f64 + l <= now as f64))
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in &expired {
-            self.stored.remove(id);
-        }
-        due.expired = expired;
-        let mut done = Vec::new();
-        for (id, s) in self.stored.iter_mut() {
-            let t = &s.trigger;
-            let fire = match t.get("type").and_then(Value::as_str) {
-                Some("datetime") => t.get("target").and_then(target_secs).is_some_and(|at| at <= now),
-                Some("interval") => {
-                    let every = num(t, "interval_seconds").unwrap_or(f64::INFINITY);
-                    (s.fired.unwrap_or(s.created) as f64 + every) <= now as f64
-                }
-                _ => false,
-            };
-            if fire {
-                s.fired = Some(now);
-                due.fire.push(t.clone());
-                if t.get("type").and_then(Value::as_str) == Some("datetime") {
-                    done.push(id.clone());
-                }
+        for (record, step) in taken {
+            match step {
+                DueStep::Expire => due.expired.push(record.id),
+                DueStep::FireOnce | DueStep::Fire { .. } => due.fire.push(record.trigger),
+                DueStep::Wait { .. } => {}
             }
         }
-        for id in done {
-            self.stored.remove(&id);
-        }
-        due.fire.sort_by(|a, b| num(b, "priority").unwrap_or(0.0).total_cmp(&num(a, "priority").unwrap_or(0.0)));
-        if !due.fire.is_empty() || !due.expired.is_empty() {
-            self.save()?;
-        }
+        by_priority(&mut due.fire);
         Ok(due)
     }
 
     /// The event triggers listening for `name`, highest priority first.
-    pub fn event(&self, name: &str) -> Vec<&Map<String, Value>> {
-        self.list()
+    ///
+    /// # Errors
+    /// The store failed.
+    pub fn event(&self, name: &str) -> Result<Vec<Map<String, Value>>, TriggerError> {
+        Ok(self
+            .list()?
             .into_iter()
             .filter(|t| {
                 t.get("type").and_then(Value::as_str) == Some("event")
                     && t.get("event_name").and_then(Value::as_str) == Some(name)
             })
-            .collect()
-    }
-
-    fn save(&self) -> Result<(), TriggerError> {
-        super::save_json(&self.file, &self.stored)
-            .map_err(|reason| TriggerError::File { file: self.file.clone(), reason })
+            .collect())
     }
 }
 
@@ -271,61 +342,102 @@ mod tests {
         assert_eq!(parse_rfc3339_utc("2026-11-29T22:39:18+02:00"), None, "UTC only");
     }
 
+    fn store(dir: &tempfile::TempDir) -> Arc<dyn Store> {
+        Arc::new(crate::host::store::sqlite::SqliteStore::open(&dir.path().join("state.db")).unwrap())
+    }
+
+    fn ids(list: &[Map<String, Value>]) -> Vec<&str> {
+        list.iter().map(|x| x["id"].as_str().unwrap()).collect()
+    }
+
     #[test]
     fn crud_with_upsert_and_merge() {
         let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("triggers.json");
-        let mut t = Triggers::open(&file).unwrap();
+        let t = Triggers::new(store(&dir));
         let remind = json!({"id": "r1", "type": "interval", "interval_seconds": 60, "payload": {"text": "stretch", "n": 1}, "x-extra": true});
-        t.create(obj(remind), 1000).unwrap();
-        t.create(obj(json!({"id": "e1", "type": "event", "event_name": "deploy", "priority": 5})), 1000).unwrap();
-        assert_eq!(t.list().iter().map(|x| x["id"].as_str().unwrap()).collect::<Vec<_>>(), ["e1", "r1"]);
+        t.create(obj(remind), 1000, By::Host).unwrap();
+        t.create(obj(json!({"id": "e1", "type": "event", "event_name": "deploy", "priority": 5})), 1000, By::Host)
+            .unwrap();
+        assert_eq!(ids(&t.list().unwrap()), ["e1", "r1"]);
 
-        let merged = t.update("r1", &obj(json!({"payload": {"n": 2}, "recall_description": "hourly"}))).unwrap();
+        let patch = obj(json!({"payload": {"n": 2}, "recall_description": "hourly"}));
+        let merged = t.update("r1", &patch, By::Host).unwrap();
         assert_eq!(merged["payload"], json!({"text": "stretch", "n": 2}), "a merge, not a replace");
         assert_eq!(merged["x-extra"], true, "unknown fields survive");
         assert_eq!(merged["recall_description"], "hourly");
-        assert!(t.update("r1", &obj(json!({"type": "bogus"}))).is_err());
-        assert_eq!(t.get("r1").unwrap()["type"], "interval", "a refused patch changes nothing");
-        assert!(matches!(t.update("nope", &Map::new()), Err(TriggerError::Unknown(_))));
+        let err = t.update("r1", &obj(json!({"type": "bogus"})), By::Host).unwrap_err();
+        assert!(matches!(err, TriggerError::Invalid { .. }), "{err}");
+        assert_eq!(t.get("r1").unwrap().unwrap()["type"], "interval", "a refused patch changes nothing");
+        assert!(matches!(t.update("nope", &Map::new(), By::Host), Err(TriggerError::Unknown(_))));
 
         // Upsert by id.
-        t.create(obj(json!({"id": "e1", "type": "event", "event_name": "release"})), 1000).unwrap();
-        assert_eq!(t.event("release").len(), 1);
-        assert!(t.event("deploy").is_empty());
+        t.create(obj(json!({"id": "e1", "type": "event", "event_name": "release"})), 1000, By::Host).unwrap();
+        assert_eq!(t.event("release").unwrap().len(), 1);
+        assert!(t.event("deploy").unwrap().is_empty());
 
-        assert!(matches!(t.create(obj(json!({"type": "event"})), 0), Err(TriggerError::NoId)));
-        let err = t.create(obj(json!({"id": "d", "type": "datetime", "target": "tomorrow"})), 0).unwrap_err();
+        assert!(matches!(t.create(obj(json!({"type": "event"})), 0, By::Host), Err(TriggerError::NoId)));
+        let err = t.create(obj(json!({"id": "d", "type": "datetime", "target": "tomorrow"})), 0, By::Host).unwrap_err();
         assert!(err.to_string().contains("RFC 3339"), "{err}");
 
-        assert!(t.delete("e1").unwrap());
-        assert!(!t.delete("e1").unwrap());
-        let again = Triggers::open(&file).unwrap();
-        assert_eq!(again.get("r1").unwrap()["payload"]["n"], 2, "survives a restart");
+        assert!(t.delete("e1", By::Host).unwrap());
+        assert!(!t.delete("e1", By::Host).unwrap());
+        drop(t);
+        let again = Triggers::new(store(&dir));
+        assert_eq!(again.get("r1").unwrap().unwrap()["payload"]["n"], 2, "survives a restart");
+    }
+
+    #[test]
+    fn a_plugin_changes_only_its_own_triggers_within_its_quota() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Triggers::new(store(&dir));
+        let mine = obj(json!({"id": "a1", "type": "event", "event_name": "x", "plugin": "a"}));
+        t.create(mine.clone(), 0, By::Plugin("a")).unwrap();
+        let err = t.delete("a1", By::Plugin("b")).unwrap_err().to_string();
+        assert_eq!(err, "trigger `a1` belongs to plugin 'a'; a plugin changes only its own triggers");
+        let err = t.update("a1", &obj(json!({"priority": 1})), By::Plugin("b")).unwrap_err().to_string();
+        assert!(err.contains("belongs to plugin 'a'"), "{err}");
+        t.create(obj(json!({"id": "h", "type": "event", "event_name": "x"})), 0, By::Host).unwrap();
+        let err =
+            t.create(obj(json!({"id": "h", "type": "event", "event_name": "y", "plugin": "a"})), 0, By::Plugin("a"));
+        assert!(err.unwrap_err().to_string().contains("belongs to the embedder"));
+        assert_eq!(t.get("h").unwrap().unwrap()["event_name"], "x", "a refused upsert changes nothing");
+
+        for i in 1..quota::TRIGGERS {
+            let one = obj(json!({"id": format!("a-{i}"), "type": "event", "event_name": "x", "plugin": "a"}));
+            t.create(one, 0, By::Plugin("a")).unwrap();
+        }
+        let over = obj(json!({"id": "a-over", "type": "event", "event_name": "x", "plugin": "a"}));
+        let err = t.create(over, 0, By::Plugin("a")).unwrap_err();
+        assert!(matches!(&err, TriggerError::Quota(m) if m.contains("1000 triggers already")), "{err}");
+        t.create(mine, 5, By::Plugin("a")).unwrap();
+        assert!(t.get("a-over").unwrap().is_none());
     }
 
     #[test]
     fn due_triggers_fire_and_expired_ones_go_without_firing() {
         let dir = tempfile::tempdir().unwrap();
-        let mut t = Triggers::open(&dir.path().join("t.json")).unwrap();
-        t.create(obj(json!({"id": "every", "type": "interval", "interval_seconds": 10})), 100).unwrap();
-        t.create(obj(json!({"id": "once", "type": "datetime", "target": 150, "priority": 9})), 100).unwrap();
-        t.create(obj(json!({"id": "short", "type": "interval", "interval_seconds": 5, "lifespan": 3})), 100).unwrap();
+        let t = Triggers::new(store(&dir));
+        t.create(obj(json!({"id": "every", "type": "interval", "interval_seconds": 10})), 100, By::Host).unwrap();
+        t.create(obj(json!({"id": "once", "type": "datetime", "target": 150, "priority": 9})), 100, By::Host).unwrap();
+        let short = obj(json!({"id": "short", "type": "interval", "interval_seconds": 5, "lifespan": 3}));
+        t.create(short, 100, By::Host).unwrap();
+        t.create(obj(json!({"id": "ev", "type": "event", "event_name": "x"})), 100, By::Host).unwrap();
 
+        assert_eq!(t.due(102).unwrap(), Due::default(), "nothing woke yet");
         let d = t.due(104).unwrap();
         assert_eq!((d.fire.len(), d.expired.clone()), (0, vec!["short".to_owned()]), "expired before its first firing");
-        assert!(t.get("short").is_none());
+        assert!(t.get("short").unwrap().is_none());
 
         let d = t.due(110).unwrap();
-        assert_eq!(d.fire.iter().map(|x| x["id"].as_str().unwrap()).collect::<Vec<_>>(), ["every"]);
+        assert_eq!(ids(&d.fire), ["every"]);
         assert!(t.due(115).unwrap().fire.is_empty(), "not again before its interval");
         let d = t.due(150).unwrap();
-        assert_eq!(
-            d.fire.iter().map(|x| x["id"].as_str().unwrap()).collect::<Vec<_>>(),
-            ["once", "every"],
-            "by priority"
-        );
-        assert!(t.get("once").is_none(), "a datetime trigger fires once");
+        assert_eq!(ids(&d.fire), ["once", "every"], "by priority");
+        assert!(t.get("once").unwrap().is_none(), "a datetime trigger fires once");
         assert!(t.due(151).unwrap().fire.is_empty());
+        assert!(t.get("ev").unwrap().is_some(), "an event trigger is not the clock's");
+        // A patch moves the next firing.
+        t.update("every", &obj(json!({"interval_seconds": 1})), By::Host).unwrap();
+        assert_eq!(ids(&t.due(151).unwrap().fire), ["every"]);
     }
 }

@@ -8,13 +8,15 @@
 //! writes only below `/plugins/<its name>`; it reads everything, as the
 //! embedder does. Directories exist implicitly, as prefixes of files.
 //!
-//! This module holds the tree and its file; it never calls a plugin: a
-//! symbolic read returns [`Read::Symbolic`] and the caller asks the owner.
+//! This module decides paths and who may write where; the nodes live in the
+//! state store (`host::store`, which also holds each plugin's quota). It
+//! never calls a plugin: a symbolic read returns [`Read::Symbolic`] and the
+//! caller asks the owner.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+pub use crate::host::store::Node;
+use crate::host::store::{Store, StoreError, quota};
 
 /// `path` in normal form (see the module doc).
 pub fn normalize(path: &str) -> String {
@@ -36,20 +38,12 @@ pub fn plugin_root(name: &str) -> String {
     normalize(&format!("/plugins/{name}"))
 }
 
-/// One node.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub enum Node {
-    File { content: String, owner: String },
-    Symbolic { owner: String, searchable: bool },
-}
-
 /// Who writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Writer<'a> {
-    /// The embedder or the operator: anywhere.
+    /// The embedder or the operator: anywhere, without quota.
     Host,
-    /// A plugin: below its own root only.
+    /// A plugin: below its own root only, within its quota.
     Plugin(&'a str),
 }
 
@@ -67,7 +61,7 @@ pub enum Read {
     Missing,
 }
 
-/// Why a change was refused.
+/// Why a change was refused or failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum VfsError {
@@ -75,26 +69,33 @@ pub enum VfsError {
     NotYours { plugin: String, root: String, path: String },
     #[error("the root of the tree cannot be a file")]
     Root,
-    #[error("vfs file `{}`: {reason}", file.display())]
-    File { file: PathBuf, reason: String },
+    /// Over the writer's quota (the text names the limit).
+    #[error("{0}")]
+    Quota(String),
+    #[error(transparent)]
+    Store(StoreError),
 }
 
-/// The tree and the file it lives in.
-#[derive(Debug)]
+impl From<StoreError> for VfsError {
+    fn from(e: StoreError) -> Self {
+        match e.kind {
+            crate::host::store::StoreErrorKind::Quota(reason) => VfsError::Quota(reason),
+            _ => VfsError::Store(e),
+        }
+    }
+}
+
+/// The tree, kept in the state store. Every method blocks (a store call):
+/// on the async runtime, call it through `host::store::off_runtime`.
+#[derive(Clone)]
 pub struct Vfs {
-    nodes: BTreeMap<String, Node>,
-    file: PathBuf,
+    store: Arc<dyn Store>,
 }
 
 impl Vfs {
-    /// The tree stored in `file` (none yet: empty).
-    ///
-    /// # Errors
-    /// A file that exists but cannot be read or parsed.
-    pub fn open(file: &Path) -> Result<Vfs, VfsError> {
-        let fail = |reason: String| VfsError::File { file: file.to_owned(), reason };
-        let nodes = super::load_json(file).map_err(|e| fail(e.to_string()))?;
-        Ok(Vfs { nodes, file: file.to_owned() })
+    /// The tree in `store`.
+    pub fn new(store: Arc<dyn Store>) -> Vfs {
+        Vfs { store }
     }
 
     fn check(writer: Writer<'_>, path: &str) -> Result<String, VfsError> {
@@ -120,100 +121,65 @@ impl Vfs {
             || path.strip_prefix(&format!("{root}.")).is_some_and(|ext| !ext.is_empty() && !ext.contains('/'))
     }
 
-    fn owner(writer: Writer<'_>) -> String {
-        match writer {
-            Writer::Host => "host".to_owned(),
-            Writer::Plugin(name) => name.to_owned(),
-        }
-    }
-
-    /// What `owner`'s nodes take: their number, and the bytes of their
-    /// files' text, without the node at `except` (the one being replaced).
-    pub fn usage(&self, owner: &str, except: &str) -> (usize, usize) {
-        let except = normalize(except);
-        self.nodes.iter().filter(|(path, _)| **path != except).fold((0, 0), |(n, bytes), (_, node)| match node {
-            Node::File { content, owner: o } if o == owner => (n + 1, bytes + content.len()),
-            Node::Symbolic { owner: o, .. } if o == owner => (n + 1, bytes),
-            _ => (n, bytes),
-        })
+    fn put(&self, writer: Writer<'_>, path: &str, node: impl FnOnce(String) -> Node) -> Result<String, VfsError> {
+        let path = Self::check(writer, path)?;
+        let (owner, limits) = match writer {
+            Writer::Host => ("host".to_owned(), None),
+            Writer::Plugin(name) => (name.to_owned(), Some(&quota::VFS)),
+        };
+        self.store.vfs_put(&path, &node(owner), limits)?;
+        Ok(path)
     }
 
     /// Writes a text file (replacing a symbolic node there).
     ///
     /// # Errors
-    /// Outside the writer's subtree, the root, or the file cannot be saved.
-    pub fn write(&mut self, writer: Writer<'_>, path: &str, content: &str) -> Result<String, VfsError> {
-        let path = Self::check(writer, path)?;
-        self.nodes.insert(path.clone(), Node::File { content: content.to_owned(), owner: Self::owner(writer) });
-        self.save()?;
-        Ok(path)
+    /// Outside the writer's subtree, the root, over a plugin's quota, or the
+    /// store failed (then nothing changed).
+    pub fn write(&self, writer: Writer<'_>, path: &str, content: &str) -> Result<String, VfsError> {
+        self.put(writer, path, |owner| Node::File { content: content.to_owned(), owner })
     }
 
     /// Declares a symbolic node owned by the writing plugin.
     ///
     /// # Errors
     /// As [`Vfs::write`].
-    pub fn write_symbolic(&mut self, writer: Writer<'_>, path: &str, searchable: bool) -> Result<String, VfsError> {
-        let path = Self::check(writer, path)?;
-        self.nodes.insert(path.clone(), Node::Symbolic { owner: Self::owner(writer), searchable });
-        self.save()?;
-        Ok(path)
+    pub fn write_symbolic(&self, writer: Writer<'_>, path: &str, searchable: bool) -> Result<String, VfsError> {
+        self.put(writer, path, |owner| Node::Symbolic { owner, searchable })
     }
 
     /// Reads `path`: a file's text, who computes a symbolic node, a
     /// directory's children, or missing.
-    pub fn read(&self, path: &str) -> Read {
+    ///
+    /// # Errors
+    /// The store failed.
+    pub fn read(&self, path: &str) -> Result<Read, VfsError> {
         let path = normalize(path);
-        match self.nodes.get(&path) {
-            Some(Node::File { content, .. }) => Read::Text(content.clone()),
-            Some(Node::Symbolic { owner, .. }) => Read::Symbolic { owner: owner.clone(), path },
+        Ok(match self.store.vfs_get(&path)? {
+            Some(Node::File { content, .. }) => Read::Text(content),
+            Some(Node::Symbolic { owner, .. }) => Read::Symbolic { owner, path },
             None => {
-                let children = self.list(&path);
+                let children = self.store.vfs_list(&path)?;
                 if children.is_empty() && path != "/" { Read::Missing } else { Read::Directory(children) }
             }
-        }
-    }
-
-    /// A file's text, or `default` when there is none (FaustBot's `read_text`).
-    pub fn read_text(&self, path: &str, default: &str) -> String {
-        match self.read(path) {
-            Read::Text(text) => text,
-            _ => default.to_owned(),
-        }
+        })
     }
 
     /// The names directly below `path`, sorted, without repeats.
-    pub fn list(&self, path: &str) -> Vec<String> {
-        let path = normalize(path);
-        let prefix = if path == "/" { "/".to_owned() } else { format!("{path}/") };
-        let mut names: Vec<String> = self
-            .nodes
-            .range(prefix.clone()..)
-            .take_while(|(k, _)| k.starts_with(&prefix))
-            .filter_map(|(k, _)| k[prefix.len()..].split('/').next().map(str::to_owned))
-            .collect();
-        names.dedup();
-        names
+    ///
+    /// # Errors
+    /// The store failed.
+    pub fn list(&self, path: &str) -> Result<Vec<String>, VfsError> {
+        Ok(self.store.vfs_list(&normalize(path))?)
     }
 
     /// Deletes `path` and everything below it; `true` when something went.
     ///
     /// # Errors
-    /// Outside the writer's subtree, or the file cannot be saved.
-    pub fn delete(&mut self, writer: Writer<'_>, path: &str) -> Result<bool, VfsError> {
+    /// Outside the writer's subtree, or the store failed.
+    pub fn delete(&self, writer: Writer<'_>, path: &str) -> Result<bool, VfsError> {
         let path = Self::check(writer, path)?;
-        let prefix = format!("{path}/");
-        let before = self.nodes.len();
-        self.nodes.retain(|k, _| *k != path && !k.starts_with(&prefix));
-        let removed = self.nodes.len() != before;
-        if removed {
-            self.save()?;
-        }
-        Ok(removed)
-    }
-
-    fn save(&self) -> Result<(), VfsError> {
-        super::save_json(&self.file, &self.nodes).map_err(|reason| VfsError::File { file: self.file.clone(), reason })
+        Ok(self.store.vfs_delete(&path)?)
     }
 }
 
@@ -234,8 +200,8 @@ mod tests {
     #[test]
     fn plugins_write_their_subtree_and_read_everything() {
         let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("vfs.json");
-        let mut vfs = Vfs::open(&file).unwrap();
+        let db = dir.path().join("state.db");
+        let vfs = Vfs::new(Arc::new(crate::host::store::sqlite::SqliteStore::open(&db).unwrap()));
         let notes = Writer::Plugin("notes");
         assert_eq!(vfs.write(notes, "plugins\\notes\\./today.md", "milk").unwrap(), "/plugins/notes/today.md");
         vfs.write(notes, "/plugins/notes/old/a.md", "a").unwrap();
@@ -249,25 +215,25 @@ mod tests {
         vfs.delete(notes, "/plugins/notes.md").unwrap();
         assert!(vfs.delete(Writer::Plugin("other"), "/plugins/notes").is_err());
 
-        assert_eq!(vfs.read("/plugins/notes/today.md"), Read::Text("milk".into()));
-        assert_eq!(vfs.read_text("/nope", "default"), "default");
-        assert_eq!(vfs.read("/plugins/notes"), Read::Directory(vec!["old".into(), "today.md".into()]));
-        assert_eq!(vfs.list("/"), ["plugins", "shared"]);
-        assert_eq!(vfs.read("/missing"), Read::Missing);
+        assert_eq!(vfs.read("/plugins/notes/today.md").unwrap(), Read::Text("milk".into()));
+        assert_eq!(vfs.read("/plugins/notes").unwrap(), Read::Directory(vec!["old".into(), "today.md".into()]));
+        assert_eq!(vfs.list("/").unwrap(), ["plugins", "shared"]);
+        assert_eq!(vfs.read("/missing").unwrap(), Read::Missing);
 
         vfs.write_symbolic(notes, "/plugins/notes/live", true).unwrap();
         assert_eq!(
-            vfs.read("/plugins/notes/live"),
+            vfs.read("/plugins/notes/live").unwrap(),
             Read::Symbolic { owner: "notes".into(), path: "/plugins/notes/live".into() }
         );
 
         assert!(vfs.delete(notes, "/plugins/notes/old").unwrap());
         assert!(!vfs.delete(notes, "/plugins/notes/old").unwrap(), "already gone");
-        assert_eq!(vfs.list("/plugins/notes"), ["live", "today.md"]);
+        assert_eq!(vfs.list("/plugins/notes").unwrap(), ["live", "today.md"]);
 
         // Survives a restart.
-        let again = Vfs::open(&file).unwrap();
-        assert_eq!(again.read_text("/plugins/notes/today.md", ""), "milk");
-        assert!(matches!(again.read("/plugins/notes/live"), Read::Symbolic { .. }));
+        drop(vfs);
+        let again = Vfs::new(Arc::new(crate::host::store::sqlite::SqliteStore::open(&db).unwrap()));
+        assert_eq!(again.read("/plugins/notes/today.md").unwrap(), Read::Text("milk".into()));
+        assert!(matches!(again.read("/plugins/notes/live").unwrap(), Read::Symbolic { .. }));
     }
 }

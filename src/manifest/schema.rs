@@ -6,8 +6,6 @@
 //! Pure: this module reads and checks schemas and values; it stores nothing
 //! (the stored values are `host::config`'s).
 
-use std::path::PathBuf;
-
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -72,8 +70,6 @@ pub enum ConfigError {
     UnknownKey { key: String, hint: String },
     #[error("config key `{key}` expects {expected}, got {got}")]
     Type { key: String, expected: &'static str, got: String },
-    #[error("config file `{}`: {reason}", path.display())]
-    File { path: PathBuf, reason: String },
 }
 
 /// Parses FaustBot's legacy schema lines (`KEY:type:label=default`; the

@@ -213,8 +213,13 @@ fn write_config(
     }
     let mut resolved = resolved_config(manifest, cx, warnings);
     if !manifest.agent.config.is_empty() {
-        let dir = crate::host::services::plugin_dir(&cx.home.agent_dir(), &manifest.name);
-        match crate::host::config::PluginConfig::open(&dir, manifest.agent.config.clone()) {
+        let stored = crate::host::store::open(cx.home)
+            .and_then(|store| crate::host::store::migrate::plugin(cx.home, &*store, &manifest.name).map(|_| store))
+            .map_err(crate::host::config::PluginConfigError::from)
+            .and_then(|store| {
+                crate::host::config::PluginConfig::open(store, &manifest.name, manifest.agent.config.clone())
+            });
+        match stored {
             Ok(config) => resolved.extend(config.values()),
             Err(e) => warnings.push(format!("[agent_config]: {e}; the hooks see the defaults")),
         }
@@ -403,12 +408,16 @@ fn resolved_config(
 /// loading one.
 ///
 /// # Errors
-/// The plugin's service files cannot be made or read.
+/// The plugin's stored config cannot be read, or an old state file of its
+/// own cannot be imported (named; it is left as it was).
 pub fn attach_services(
     plugin: &LoadedPlugin,
     shared: &std::sync::Arc<crate::host::services::SharedServices>,
     home: &crate::home::Home,
 ) -> Result<std::sync::Arc<crate::host::services::PluginServices>, crate::host::services::ServiceError> {
+    // Its own old state files, left by an older ctxhost (or written by hand).
+    crate::host::store::migrate::plugin(home, &**shared.store(), &plugin.name)
+        .map_err(|e| crate::host::services::ServiceError::service(e.to_string()))?;
     let view = crate::host::services::ConfigView::existing(config_view_file(home, &plugin.name));
     let s = std::sync::Arc::new(crate::host::services::PluginServices::open(
         shared.clone(),

@@ -16,6 +16,7 @@ use serde_json::{Map, Value, json};
 use super::AppState;
 use super::body::{self, JsonReply};
 use crate::agent::engine::{AgentError, Blocked, ToolOutcome, subject};
+use crate::host::triggers::{By, TriggerError};
 use crate::host::vfs::Read;
 use crate::protocol::HookName;
 
@@ -161,7 +162,7 @@ pub(crate) async fn put_config(
         }
         None => return JsonReply::bad_request("`values` is required: {\"values\": {\"KEY\": value}}"),
     };
-    match plugin.services.set_config(&values) {
+    match plugin.services.set_config(&values).await {
         Ok(values) => JsonReply::ok(json!({"values": values})),
         Err(e) if e.code == crate::host::services::code::INVALID_PARAMS => JsonReply::bad_request(e.message),
         Err(e) => JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, e.message),
@@ -196,8 +197,10 @@ pub(crate) async fn vfs(State(state): State<Arc<AppState>>, Query(q): Query<VfsQ
 
 /// `GET /api/triggers`: every trigger, highest priority first.
 pub(crate) async fn list_triggers(State(state): State<Arc<AppState>>) -> JsonReply {
-    let list: Vec<Value> = state.agent.shared().triggers().list().into_iter().cloned().map(Value::Object).collect();
-    JsonReply::ok(Value::Array(list))
+    match state.agent.shared().triggers_off(|t| t.list()).await {
+        Ok(list) => JsonReply::ok(Value::Array(list.into_iter().map(Value::Object).collect())),
+        Err(e) => JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
 }
 
 /// `POST /api/triggers`: upsert by `id`, through `trigger_append` (403
@@ -208,10 +211,13 @@ pub(crate) async fn create_trigger(State(state): State<Arc<AppState>>, bytes: By
         Err(reply) => return reply,
     };
     match state.agent.create_trigger(trigger).await {
-        Ok(Ok(id)) => match state.agent.shared().triggers().get(&id) {
-            Some(t) => JsonReply::with_status(StatusCode::CREATED, Value::Object(t.clone())),
-            None => JsonReply::with_status(StatusCode::CREATED, json!({"id": id})),
-        },
+        Ok(Ok(id)) => {
+            let at = id.clone();
+            match state.agent.shared().triggers_off(move |t| t.get(&at)).await {
+                Ok(Some(t)) => JsonReply::with_status(StatusCode::CREATED, Value::Object(t)),
+                _ => JsonReply::with_status(StatusCode::CREATED, json!({"id": id})),
+            }
+        }
         Ok(Err(b)) => blocked(&b),
         Err(e) => JsonReply::bad_request(e.message),
     }
@@ -219,9 +225,11 @@ pub(crate) async fn create_trigger(State(state): State<Arc<AppState>>, bytes: By
 
 /// `GET /api/triggers/{id}`.
 pub(crate) async fn get_trigger(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> JsonReply {
-    match state.agent.shared().triggers().get(&id) {
-        Some(t) => JsonReply::ok(Value::Object(t.clone())),
-        None => JsonReply::error(StatusCode::NOT_FOUND, format!("no trigger `{id}`")),
+    let at = id.clone();
+    match state.agent.shared().triggers_off(move |t| t.get(&at)).await {
+        Ok(Some(t)) => JsonReply::ok(Value::Object(t)),
+        Ok(None) => JsonReply::error(StatusCode::NOT_FOUND, format!("no trigger `{id}`")),
+        Err(e) => JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 
@@ -235,19 +243,19 @@ pub(crate) async fn patch_trigger(
         Ok(b) => b,
         Err(reply) => return reply,
     };
-    let mut triggers = state.agent.shared().triggers();
-    if triggers.get(&id).is_none() {
-        return JsonReply::error(StatusCode::NOT_FOUND, format!("no trigger `{id}`"));
-    }
-    match triggers.update(&id, &patch) {
-        Ok(t) => JsonReply::ok(Value::Object(t.clone())),
+    let at = id.clone();
+    match state.agent.shared().triggers_off(move |t| t.update(&at, &patch, By::Host)).await {
+        Ok(t) => JsonReply::ok(Value::Object(t)),
+        Err(TriggerError::Unknown(_)) => JsonReply::error(StatusCode::NOT_FOUND, format!("no trigger `{id}`")),
+        Err(e @ TriggerError::Store(_)) => JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         Err(e) => JsonReply::bad_request(e.to_string()),
     }
 }
 
 /// `DELETE /api/triggers/{id}` → `{"deleted": true}`, or 404.
 pub(crate) async fn delete_trigger(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> JsonReply {
-    match state.agent.shared().triggers().delete(&id) {
+    let at = id.clone();
+    match state.agent.shared().triggers_off(move |t| t.delete(&at, By::Host)).await {
         Ok(true) => JsonReply::ok(json!({"deleted": true})),
         Ok(false) => JsonReply::error(StatusCode::NOT_FOUND, format!("no trigger `{id}`")),
         Err(e) => JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),

@@ -81,8 +81,15 @@ async fn set_enabled(State(state): State<Arc<AppState>>, Path(id): Path<String>,
     if super::reload::plugin_dir(&state, &id).is_err() {
         return JsonReply::detail(StatusCode::NOT_FOUND, format!("Plugin not found: {id}"));
     }
-    if let Err(e) = crate::host::state::set_enabled(&state.home, &id, enabled) {
-        return JsonReply::detail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+    let (home, name) = (state.home.clone(), id.clone());
+    let recorded = crate::host::store::off_runtime("set_plugin_choice", move || {
+        crate::host::state::set_enabled(&home, &name, enabled)
+    })
+    .await;
+    match recorded {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => return JsonReply::detail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => return JsonReply::detail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
     match super::reload::reload(&state, &id).await {
         Ok(done) => JsonReply::ok(json!({"status": "ok", "plugin_id": id, "enabled": enabled, "active": done.active})),

@@ -114,26 +114,70 @@ impl AppState {
 
 /// A daemon that has loaded its engine and bound its port, not yet serving.
 pub struct Server {
-    state: Arc<AppState>,
+    routes: Routes,
     listener: tokio::net::TcpListener,
     /// Watching since `bind`, so no change after the address is printed is missed.
     watcher: Option<notify::RecommendedWatcher>,
-    /// Trigger watcher, schedules and heartbeats of the agent loop.
-    timers: crate::agent::timers::Timers,
 }
 
 impl Server {
-    /// Loads the catalog (every plugin once), builds the stack and the agent
-    /// loop from it, starts and bootstraps them and binds `options.addr`.
-    /// Load warnings are logged.
+    /// [`Routes::load`], then binds `options.addr` (and starts `--watch`).
     ///
     /// # Errors
-    /// A non-loopback address without a token, a port in use, or a memory
-    /// database that cannot be opened.
+    /// A non-loopback address without a token, a port in use, or what
+    /// [`Routes::load`] fails with.
     pub async fn bind(home: Home, config: HostConfig, options: ServeOptions) -> Result<Server, ServeError> {
         auth::check_address(options.addr, options.token.as_deref())?;
         // What a daemon killed before left in the temp dir goes first.
         crate::runner::process::tmp::remove_stale_in_temp_dir();
+        let routes = Routes::load(home, config, options.token).await?;
+        let listener = tokio::net::TcpListener::bind(options.addr)
+            .await
+            .map_err(|source| ServeError::Bind { addr: options.addr, source })?;
+        let watcher = if options.watch { Some(watch::start(routes.state.clone())?) } else { None };
+        Ok(Server { routes, listener, watcher })
+    }
+
+    /// The bound address (the real port when `:0` was asked for).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `shutdown` resolves, then stops accepting, lets requests
+    /// under way finish and stops as [`Routes::stop`] does (the `after_turn`
+    /// calls under way finish, bounded; journaled ones not started yet stay
+    /// for the next start).
+    ///
+    /// # Errors
+    /// The watcher could not start, or the listener failed.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
+        let _watcher = self.watcher;
+        conn::serve(self.listener, self.routes.router(), &self.routes.state.config.server, shutdown).await;
+        self.routes.stop().await;
+        Ok(())
+    }
+}
+
+/// The daemon without a socket: the loaded engines, the agent loop's timers
+/// and the routes over them. [`Server`] serves these on a port; a test can
+/// call the [`Router`] in-process (`tower::ServiceExt::oneshot`).
+pub struct Routes {
+    state: Arc<AppState>,
+    /// Trigger watcher, schedules and heartbeats of the agent loop.
+    timers: crate::agent::timers::Timers,
+}
+
+impl Routes {
+    /// Loads the catalog of `home` (every plugin once), builds the stack and
+    /// the agent loop from it, starts the plugins that register at run time,
+    /// bootstraps the stack, opens the after_turn journal (replaying what a
+    /// killed daemon left) and starts the timers. Load warnings are logged.
+    /// `token` guards the mutating routes.
+    ///
+    /// # Errors
+    /// The memory database or the agent loop's state cannot be opened, or
+    /// bootstrap fails.
+    pub async fn load(home: Home, config: HostConfig, token: Option<String>) -> Result<Routes, ServeError> {
         // Every plugin loaded once (and pip run, when the operator asked) on
         // the blocking pool; the stack and the agent loop share the loads.
         let (loader_home, loader_config) = (home.clone(), config.clone());
@@ -177,9 +221,6 @@ impl Server {
                 .map_err(|e| ServeError::Io(std::io::Error::other(e)))??
         };
         engine.attach_journal(journal);
-        let listener = tokio::net::TcpListener::bind(options.addr)
-            .await
-            .map_err(|source| ServeError::Bind { addr: options.addr, source })?;
         let timers = crate::agent::timers::Timers::start(&agent, crate::agent::timers::TICK);
         let state = Arc::new(AppState {
             limits: limits::RequestLimits::new(&config.server),
@@ -188,30 +229,21 @@ impl Server {
             engine,
             catalog,
             agent,
-            token: options.token,
+            token,
             reload_lock: tokio::sync::Mutex::new(()),
         });
-        let watcher = if options.watch { Some(watch::start(state.clone())?) } else { None };
-        Ok(Server { state, listener, watcher, timers })
+        Ok(Routes { state, timers })
     }
 
-    /// The bound address (the real port when `:0` was asked for).
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
+    /// Every route of the daemon, over these engines.
+    pub fn router(&self) -> Router {
+        router(self.state.clone())
     }
 
-    /// Serves until `shutdown` resolves, then stops accepting, lets requests
-    /// under way finish and waits (bounded) for the `after_turn` calls under
-    /// way (journaled calls not started yet stay for the next start).
-    ///
-    /// # Errors
-    /// The watcher could not start, or the listener failed.
-    pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
-        let _watcher = self.watcher;
-        let timers = self.timers;
-        let app = router(self.state.clone());
-        conn::serve(self.listener, app, &self.state.config.server, shutdown).await;
-        // Journaled calls not started yet stay for the next start.
+    /// Closes the after_turn journal (journaled calls not started yet stay
+    /// for the next start), waits (bounded) for the `after_turn` calls under
+    /// way, stops the timers, then the plugins' persistent workers.
+    pub async fn stop(self) {
         self.state.engine.close_journal();
         if tokio::time::timeout(SETTLE_TIMEOUT, self.state.engine.settle()).await.is_err() {
             tracing::warn!(
@@ -219,11 +251,10 @@ impl Server {
                 SETTLE_TIMEOUT.as_secs()
             );
         }
-        drop(timers);
+        drop(self.timers);
         // Persistent workers stop gracefully (stdin closed, then killed).
         self.state.engine.shutdown().await;
         self.state.agent.shutdown().await;
-        Ok(())
     }
 }
 

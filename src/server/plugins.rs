@@ -101,7 +101,7 @@ pub(crate) async fn reload(State(state): State<Arc<AppState>>, Path(name): Path<
         Err(e @ ReloadError::NotFound(_)) => JsonReply::error(StatusCode::NOT_FOUND, e.to_string()),
         Err(e) => JsonReply::with_status(
             StatusCode::BAD_REQUEST,
-            json!({"name": name, "hooks_valid": false, "error": e.to_string()}),
+            json!({"name": name, "hooks_valid": false, "error": e.to_string(), "stage": e.stage()}),
         ),
     }
 }

@@ -30,8 +30,36 @@ pub(crate) struct Reloaded {
 pub(crate) enum ReloadError {
     #[error("Plugin '{0}' not found")]
     NotFound(String),
+    /// Not a plugin name (the manifest rules').
     #[error("{0}")]
-    Invalid(String),
+    InvalidName(String),
+    /// The catalog could not load it: its status's error.
+    #[error("plugin '{name}': {error}")]
+    Load { name: String, error: String },
+    /// Its host services could not be opened.
+    #[error("plugin '{name}': its host services: {source}")]
+    Services { name: String, source: crate::host::services::ServiceError },
+    /// It loaded but its `register` failed (the call's error).
+    #[error("plugin '{name}' failed to start: {error}")]
+    Start { name: String, error: String },
+    /// The blocking load task itself failed (a panic in a loader).
+    #[error("the reload task failed: {0}")]
+    Task(String),
+}
+
+impl ReloadError {
+    /// Which step refused the reload: `not_found`, `name`, `load`,
+    /// `services`, `start`, `task` (the `stage` of the route's 400 body).
+    pub(crate) fn stage(&self) -> &'static str {
+        match self {
+            ReloadError::NotFound(_) => "not_found",
+            ReloadError::InvalidName(_) => "name",
+            ReloadError::Load { .. } => "load",
+            ReloadError::Services { .. } => "services",
+            ReloadError::Start { .. } => "start",
+            ReloadError::Task(_) => "task",
+        }
+    }
 }
 
 /// Reloads plugin `name` of the plugins dir. A disabled plugin is taken
@@ -47,7 +75,7 @@ pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded
         catalog::load_one(&plugin_name, &cx, &Options::start(&loader.config))
     })
     .await
-    .map_err(|e| ReloadError::Invalid(format!("the reload task failed: {e}")))?;
+    .map_err(|e| ReloadError::Task(e.to_string()))?;
     let status = &entry.status;
     let mut report = Reloaded {
         name: name.to_owned(),
@@ -77,7 +105,7 @@ pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded
         _ => {
             let error = status.error.clone().unwrap_or_else(|| "it did not load".to_owned());
             state.catalog.reload_failed(name, &entry, &error);
-            return Err(ReloadError::Invalid(format!("plugin '{name}': {error}")));
+            return Err(ReloadError::Load { name: name.to_owned(), error });
         }
     };
     // The agent loop gets the same load (one runner) when the plugin takes
@@ -86,10 +114,9 @@ pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded
         let built = crate::agent::engine::AgentPlugin::new(&plugin, state.agent.shared(), &state.home);
         let built = match built {
             Ok(built) => built,
-            Err(e) => {
-                let error = format!("its host services: {e}");
-                state.catalog.reload_failed(name, &entry, &error);
-                return Err(ReloadError::Invalid(format!("plugin '{name}': {error}")));
+            Err(source) => {
+                state.catalog.reload_failed(name, &entry, &format!("its host services: {source}"));
+                return Err(ReloadError::Services { name: name.to_owned(), source });
             }
         };
         // A plugin that registers at run time starts before it is swapped in:
@@ -100,9 +127,8 @@ pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded
                 Ok(p) => Some(p),
                 Err(e) => {
                     built.runner.shutdown().await;
-                    let error = format!("failed to start: {e}");
-                    state.catalog.reload_failed(name, &entry, &error);
-                    return Err(ReloadError::Invalid(format!("plugin '{name}' {error}")));
+                    state.catalog.reload_failed(name, &entry, &format!("failed to start: {e}"));
+                    return Err(ReloadError::Start { name: name.to_owned(), error: e });
                 }
             }
         } else {
@@ -126,7 +152,7 @@ pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded
 
 /// `<plugins dir>/<name>` when `name` is a valid plugin name with a directory.
 pub(crate) fn plugin_dir(state: &AppState, name: &str) -> Result<std::path::PathBuf, ReloadError> {
-    crate::manifest::validate_name(name).map_err(ReloadError::Invalid)?;
+    crate::manifest::validate_name(name).map_err(ReloadError::InvalidName)?;
     let dir = state.home.plugins_dir().join(name);
     if dir.is_dir() { Ok(dir) } else { Err(ReloadError::NotFound(name.to_owned())) }
 }

@@ -372,12 +372,13 @@ fn bounded(home: &Home, args: &[&str], stdin: &str, secs: u64) -> std::process::
     cmd.output().unwrap()
 }
 
-/// Attack: garbage in `plugins-state.toml` (a partial write, a hostile
-/// edit) should turn a plugin the operator disabled back on. Must hold:
-/// `serve`, `run` and `sidecar` refuse to start naming the file and the
-/// parse error; the disabled plugin's code never runs (its marker never
-/// appears, while the enabled control plugin's does once the file is fixed);
-/// `plugin list` shows the error and the plugin as not enabled.
+/// Attack: garbage in the state store `state.db`, which holds the operator's
+/// enable/disable choices (a partial write, a hostile edit), should turn a
+/// plugin the operator disabled back on. Must hold: `serve`, `run` and
+/// `sidecar` refuse to start naming the file and the error; the disabled
+/// plugin's code never runs (its marker never appears, while the enabled
+/// control plugin's does once the file is fixed); `plugin list` shows the
+/// error and the plugin as not enabled.
 #[test]
 fn a_garbage_state_file_never_re_enables_a_disabled_plugin() {
     let home = Home::new();
@@ -385,11 +386,13 @@ fn a_garbage_state_file_never_re_enables_a_disabled_plugin() {
     marker_plugin(&home, "on");
     home.config("[context_engine]\nplugin_stack = [\"off\", \"on\"]\n");
     assert!(home.run(&["plugin", "disable", "off"]).status.success());
-    let state = home.path().join("plugins-state.toml");
-    let good = std::fs::read_to_string(&state).unwrap();
-    assert!(good.contains("off"), "{good}");
-    std::fs::write(&state, format!("{good}\ndisabled = [\"off\"\n")).unwrap();
-
+    let state = home.path().join("state.db");
+    assert!(!home.path().join("state.db-wal").exists(), "the last connection checkpointed the log");
+    let good = std::fs::read(&state).unwrap();
+    assert!(good.windows(3).any(|w| w == b"off"), "the choice is not in the file");
+    let mut garbage = good.clone();
+    garbage[..16].copy_from_slice(b"not sqlite, no.\0");
+    std::fs::write(&state, garbage).unwrap();
     let transcript = home.path().join("chat.jsonl");
     write(&transcript, "{\"user\":\"hello\",\"assistant\":\"hi\"}\n");
     let sidecar_line = json!({"id": 1, "method": "bootstrap", "params": {}}).to_string() + "\n";
@@ -402,7 +405,7 @@ fn a_garbage_state_file_never_re_enables_a_disabled_plugin() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "`{}` started with a garbage state file:\n{stderr}", args[0]);
         assert!(
-            stderr.contains(&state.display().to_string()) && stderr.contains("failed to parse"),
+            stderr.contains(&state.display().to_string()) && stderr.contains("not a database"),
             "`{}` does not name the file and the error:\n{stderr}",
             args[0]
         );
@@ -412,7 +415,7 @@ fn a_garbage_state_file_never_re_enables_a_disabled_plugin() {
 
     let list = home.run(&["plugin", "list"]);
     let text = String::from_utf8_lossy(&list.stdout);
-    assert!(text.contains("error: failed to parse") && text.contains("plugins-state.toml"), "{text}");
+    assert!(text.contains("error: failed to read") && text.contains("state.db"), "{text}");
     let json = home.run(&["plugin", "list", "--json"]);
     let infos: Value = serde_json::from_slice(&json.stdout).unwrap();
     assert!(infos.as_array().unwrap().iter().all(|p| p["enabled"] == false), "{infos}");

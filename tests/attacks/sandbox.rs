@@ -279,10 +279,16 @@ print(json.dumps({"memories": [{"content": c} for c in found]}))
 /// heartbeat file stops growing.
 #[test]
 fn a_daemon_escaping_the_call_dies_with_it() {
+    // A marker no other run on this machine uses (the catalogue runs as root
+    // and as 65534 at once, other checkouts may run it too).
+    let marker =
+        format!("61.{}{:09}", std::process::id(), std::time::SystemTime::UNIX_EPOCH.elapsed().unwrap().subsec_nanos());
     let p = probe(
-        "beat=\"$PWD/beat\"\n\
-         setsid bash -c \"(while :; do echo . >> '$beat'; sleep 0.05; done) & exec sleep 61.7319\" </dev/null >/dev/null 2>&1 &\n\
-         sleep 0.3; echo started",
+        &format!(
+            "beat=\"$PWD/beat\"\n\
+             setsid bash -c \"(while :; do echo . >> '$beat'; sleep 0.05; done) & exec sleep {marker}\" </dev/null >/dev/null 2>&1 &\n\
+             sleep 0.3; echo started"
+        ),
         "",
     );
     assert_eq!(run(&p), ["started"]);
@@ -292,7 +298,7 @@ fn a_daemon_escaping_the_call_dies_with_it() {
     assert!(size > 0, "the daemon ran during the call");
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert_eq!(std::fs::metadata(&beat).map(|m| m.len()).unwrap_or(0), size, "the escaped daemon still writes");
-    let left = std::process::Command::new("pgrep").args(["-f", "61.7319"]).output().unwrap();
+    let left = std::process::Command::new("pgrep").args(["-f", &marker]).output().unwrap();
     assert!(left.stdout.is_empty(), "left running: {}", String::from_utf8_lossy(&left.stdout));
 }
 

@@ -1,5 +1,7 @@
 //! A running `ctxhost serve` on an ephemeral loopback port, and a minimal
-//! HTTP/1.1 client for it (one request per connection, `Connection: close`).
+//! HTTP/1.1 client for it (one request per connection, `Connection: close`);
+//! [`Client`], what a test asks of the daemon whether it runs as a process
+//! ([`Daemon`]) or in-process (`routes::InProcess`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -31,6 +33,35 @@ impl Response {
 
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+}
+
+/// The routes of `ctxhost serve`, over the wire or in-process.
+pub trait Client {
+    /// One request; `GET` has no body, the others are sent as JSON.
+    fn request(&self, method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)]) -> Response;
+
+    fn get(&self, path: &str) -> Response {
+        self.request("GET", path, None, &[])
+    }
+
+    fn post(&self, path: &str, body: &str) -> Response {
+        self.request("POST", path, Some(body), &[])
+    }
+
+    /// Any method (`PUT`, `PATCH`, `DELETE`, …).
+    fn send(&self, method: &str, path: &str, body: Option<&str>) -> Response {
+        self.request(method, path, body, &[])
+    }
+
+    fn post_with(&self, path: &str, body: &str, headers: &[(&str, &str)]) -> Response {
+        self.request("POST", path, Some(body), headers)
+    }
+}
+
+impl Client for Daemon {
+    fn request(&self, method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)]) -> Response {
+        request(&self.addr, method, path, body, headers)
     }
 }
 
@@ -88,21 +119,21 @@ impl Daemon {
         self.child.id() as i32
     }
 
+    // The `Client` methods without importing the trait (most tests only use a Daemon).
     pub fn get(&self, path: &str) -> Response {
-        request(&self.addr, "GET", path, None, &[])
+        Client::get(self, path)
     }
 
     pub fn post(&self, path: &str, body: &str) -> Response {
-        request(&self.addr, "POST", path, Some(body), &[])
+        Client::post(self, path, body)
     }
 
-    /// Any method (`PUT`, `PATCH`, `DELETE`, …).
     pub fn send(&self, method: &str, path: &str, body: Option<&str>) -> Response {
-        request(&self.addr, method, path, body, &[])
+        Client::send(self, method, path, body)
     }
 
     pub fn post_with(&self, path: &str, body: &str, headers: &[(&str, &str)]) -> Response {
-        request(&self.addr, "POST", path, Some(body), headers)
+        Client::post_with(self, path, body, headers)
     }
 
     /// SIGTERM, then waits; returns whether it exited 0 and its stderr.

@@ -12,6 +12,7 @@ pub mod examples;
 pub mod http;
 pub mod nobody;
 pub mod procs;
+pub mod routes;
 pub mod site;
 
 pub use examples::repo_root;

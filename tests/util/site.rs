@@ -1,5 +1,6 @@
 //! A throw-away ctxhost home with a plugins dir, for the tests that run
-//! `ctxhost serve` over plugins they put there (agent loop, FaustBot).
+//! `ctxhost serve` (or its routes in-process) over plugins they put there
+//! (agent loop, FaustBot).
 
 use std::path::{Path, PathBuf};
 
@@ -7,6 +8,7 @@ use serde_json::Value;
 
 use super::examples::copy_example;
 use super::http::Daemon;
+use super::routes::InProcess;
 
 /// A home with a plugins dir.
 pub struct Site {
@@ -46,6 +48,11 @@ impl Site {
     /// `ctxhost serve` on this home, with `envs` set on it.
     pub fn start(&self, envs: &[(&str, &str)]) -> Daemon {
         Daemon::start(self.home(), &[], envs)
+    }
+
+    /// The routes of `ctxhost serve` on this home, in-process.
+    pub fn routes(&self) -> InProcess {
+        InProcess::start(self.home())
     }
 
     /// `ctxhost --home <home> <args>`, which must succeed.

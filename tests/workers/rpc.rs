@@ -76,7 +76,7 @@ fn load(p: &TestPlugin, services: bool) -> Loaded {
     let cx = LoadContext { home: &home, config: &config, host_env: &LoadContext::process_env };
     let plugin = load_plugin(&p.dir, &cx).unwrap_or_else(|e| panic!("load {}: {e}", p.dir.display()));
     let shared = services.then(|| {
-        let shared = SharedServices::open(&home.agent_dir()).unwrap();
+        let shared = SharedServices::open(&home).unwrap();
         ctxhost::plugin::attach_services(&plugin, &shared, &home).unwrap();
         shared
     });
@@ -322,14 +322,15 @@ fn check_services_seen(loaded: &Loaded, name: &str, seen: &Value) {
 
     // The host's side of the same state.
     let shared = loaded.shared.as_ref().unwrap();
-    match shared.vfs().read(&format!("{me}/notes/a.txt")) {
+    match shared.vfs().read(&format!("{me}/notes/a.txt")).unwrap() {
         Read::Text(t) => assert_eq!(t, "line one\nline two"),
         _ => panic!("the file is not in the host's vfs"),
     }
-    assert_eq!(shared.triggers().get("t-1").and_then(|t| t.get("plugin")).cloned(), Some(json!(name)));
-    let stored =
-        std::fs::read_to_string(loaded.home.agent_dir().join("plugins").join(name).join("agent_config.json")).unwrap();
-    assert_eq!(serde_json::from_str::<Value>(&stored).unwrap()["LIMIT"], 7, "persisted: {stored}");
+    assert_eq!(shared.triggers().get("t-1").unwrap().and_then(|t| t.get("plugin").cloned()), Some(json!(name)));
+    // Persisted: a store opened afresh on the database file reads it.
+    let fresh = ctxhost::host::store::sqlite::SqliteStore::open(&loaded.home.state_db()).unwrap();
+    let stored = ctxhost::host::store::Store::config_values(&fresh, name).unwrap();
+    assert_eq!(stored["LIMIT"], 7, "persisted: {stored:?}");
     let view = ctxhost::plugin::config_view_file(&loaded.home, name);
     let view: Value = serde_json::from_str(&std::fs::read_to_string(view).unwrap()).unwrap();
     assert_eq!(view["LIMIT"], 7, "the one-shot config view follows");
@@ -587,18 +588,39 @@ fn the_node_guard_script_blocks_passes_and_redacts() {
     check_guard("guard-node");
 }
 
+/// Every stand-alone copy of a JSON-RPC client in the repository (a plugin
+/// dir that ships it, e.g. guest-examples/guard-python, a scaffold template)
+/// is byte for byte the one in guest-examples/rpc-clients. (The FaustBot shim
+/// has no copy: it embeds that file, `faust::shim`'s own test checks it.)
 #[test]
-fn the_guard_keeps_an_identical_copy_of_the_python_client() {
-    let root = repo_root().join("guest-examples");
-    let read = |rel: &str| -> Vec<u8> {
-        let path: PathBuf = root.join(rel);
-        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-    };
+fn every_copy_of_a_jsonrpc_client_is_identical_to_the_one_in_rpc_clients() {
+    fn copies(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if path.is_dir() && !matches!(name.as_str(), "target" | "node_modules" | ".git" | "rpc-clients") {
+                copies(&path, out);
+            } else if name == "ctxhost_rpc.py" || name == "ctxhost_rpc.js" {
+                out.push(path);
+            }
+        }
+    }
+    let root = repo_root();
+    let mut found = Vec::new();
+    for dir in ["guest-examples", "src", "tests"] {
+        copies(&root.join(dir), &mut found);
+    }
+    let read = |path: &Path| std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert!(
-        read("rpc-clients/ctxhost_rpc.py") == read("guard-python/hooks/ctxhost_rpc.py"),
-        "guest-examples/guard-python/hooks/ctxhost_rpc.py differs from guest-examples/rpc-clients/ctxhost_rpc.py: \
-         copy it again"
+        found.iter().any(|p| p.ends_with("guest-examples/guard-python/hooks/ctxhost_rpc.py")),
+        "the guard's copy is found: {found:?}"
     );
+    for copy in &found {
+        let name = copy.file_name().unwrap_or_default();
+        let original = root.join("guest-examples/rpc-clients").join(name);
+        assert!(read(copy) == read(&original), "{} differs from {}: copy it again", copy.display(), original.display());
+    }
 }
 
 /// Writes a 1 MiB vfs file, then asks for it thousands of times without

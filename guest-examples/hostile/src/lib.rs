@@ -95,7 +95,8 @@ impl Plugin for Hostile {
             }
             order if order.starts_with("udp:") => {
                 let port: u16 = order[4..].parse().unwrap_or(9);
-                let sent = std::net::UdpSocket::bind("127.0.0.1:0").and_then(|s| s.send_to(b"smuggled", ("127.0.0.1", port)));
+                let sent =
+                    std::net::UdpSocket::bind("127.0.0.1:0").and_then(|s| s.send_to(b"smuggled", ("127.0.0.1", port)));
                 report(outcome(sent))
             }
             "noisy-panic" => {

@@ -455,7 +455,7 @@ mod tests {
 
     fn setup(plugins: Vec<FakePlugin<'_>>) -> Setup {
         let dir = tempfile::tempdir().unwrap();
-        let shared = SharedServices::open(&dir.path().join("agent")).unwrap();
+        let shared = SharedServices::open(&crate::home::Home::at(dir.path())).unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
         let list = plugins
             .into_iter()
@@ -635,9 +635,9 @@ mod tests {
         )]);
         let t = |id: &str| obj(json!({"id": id, "type": "event", "event_name": "go"}));
         assert_eq!(s.engine.create_trigger(t("spam")).await.unwrap().unwrap_err().reason, "no spam");
-        assert!(s.engine.shared().triggers().get("spam").is_none(), "a refused trigger is not stored");
+        assert!(s.engine.shared().triggers().get("spam").unwrap().is_none(), "a refused trigger is not stored");
         assert_eq!(s.engine.create_trigger(t("ok")).await.unwrap(), Ok("ok".into()));
-        assert_eq!(s.engine.shared().triggers().get("ok").unwrap()["seen"], json!(true));
+        assert_eq!(s.engine.shared().triggers().get("ok").unwrap().unwrap()["seen"], json!(true));
         let delivered = s.engine.fire_event("go", json!({"n": 1})).await;
         assert_eq!(delivered.len(), 1);
         assert_eq!(delivered[0]["event_payload"], json!({"n": 1}));

@@ -26,11 +26,9 @@ impl AgentEngine {
                 });
             }
         };
-        self.shared
-            .triggers()
-            .create(trigger, crate::host::services::now_secs())
-            .map(Ok)
-            .map_err(|e| ServiceError { code: crate::host::services::code::SERVICE, message: e.to_string() })
+        let now = crate::host::services::now_secs();
+        let created = self.shared.triggers_off(move |t| t.create(trigger, now, crate::host::triggers::By::Host)).await;
+        created.map(Ok).map_err(|e| ServiceError { code: crate::host::services::code::SERVICE, message: e.to_string() })
     }
 
     /// Runs `trigger_fire` over a due trigger; delivered ones are kept for
@@ -58,7 +56,14 @@ impl AgentEngine {
     /// Fires the event triggers listening for `name`, with `payload` added
     /// as `event_payload`; returns the delivered ones.
     pub async fn fire_event(&self, name: &str, payload: Value) -> Vec<Value> {
-        let listening: Vec<Map<String, Value>> = self.shared.triggers().event(name).into_iter().cloned().collect();
+        let owned = name.to_owned();
+        let listening = match self.shared.triggers_off(move |t| t.event(&owned)).await {
+            Ok(listening) => listening,
+            Err(e) => {
+                tracing::warn!("event `{name}`: its triggers cannot be read: {e}");
+                return Vec::new();
+            }
+        };
         let mut delivered = Vec::new();
         for mut t in listening {
             t.insert("event_payload".into(), payload.clone());

@@ -49,6 +49,7 @@ if SHIM_DIR in sys.path:
     sys.path.remove(SHIM_DIR)
 sys.path.insert(0, SHIM_DIR)
 
+from ctxhost_hooks import AGENT_HOOKS  # noqa: E402  (written by ctxhost from its HookName)
 from faust_backend.plugin_system import _host  # noqa: E402
 from faust_backend.plugin_system.interfaces import (  # noqa: E402
     MiddlewareSpec,
@@ -81,28 +82,9 @@ PLUGGY_HOOKS = (
     "config_changed",
 )
 
-# ctxhost hook names, in the order the register reply lists them.
-HOOK_ORDER = (
-    "message_received",
-    "llm_request_pre",
-    "tool_call_pre",
-    "tool_call_post",
-    "agent_event_sent",
-    "memory_read_pre",
-    "memory_read_post",
-    "memory_write_pre",
-    "memory_write_post",
-    "trigger_append",
-    "trigger_fire",
-    "heartbeat",
-    "health_check",
-    "config_changed",
-    "communicate",
-    "run_schedule",
-    "call_tool",
-    "read_symbolic",
-    "unload",
-)
+# ctxhost hook names, in the order the register reply lists them: every agent
+# hook but `register` (the call that asks for this list).
+HOOK_ORDER = tuple(name for name in AGENT_HOOKS if name != "register")
 
 IGNORED = ("__IGNORED__", "__REMOVED__")
 HEARTBEAT_SECS = 10

@@ -95,9 +95,12 @@ pub fn wait_then_kill_group(
 
 /// True once child `pid` has exited, without reaping it.
 fn exited_unreaped(pid: libc::pid_t) -> bool {
-    // SAFETY: all-zero is a valid siginfo_t; waitid fills it. WNOWAIT leaves
-    // the child waitable, WNOHANG makes this a poll.
+    // SAFETY: siginfo_t is plain data (integers and a union of them): all
+    // zeroes is a valid value, and waitid overwrites what it reports.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid writes only into `info`, a local of the right type; it
+    // takes no other pointer. WNOWAIT leaves the child waitable, WNOHANG
+    // makes this a poll.
     let rc = unsafe {
         libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT)
     };

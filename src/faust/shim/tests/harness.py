@@ -1,6 +1,6 @@
 """A fake ctxhost host for the shim's tests: starts the worker and plays the host over JSON-RPC.
 
-`FakeHost(fixture)` starts `python3 ctxhost_faust_worker.py <fixture>/<entry>` with the
+`FakeHost(fixture)` starts `python3 <shim>/ctxhost_faust_worker.py <fixture>/<entry>` with the
 environment ctxhost gives it, sends `hook/<name>` requests and answers the worker's
 service calls (`config.*`, `vfs.*`, `trigger.*`, `storage.*`, `log`) from in-memory
 state, with the parameter names and checks of ctxhost's `src/agent/services.rs`
@@ -22,7 +22,15 @@ from pathlib import Path
 sys.dont_write_bytecode = True
 
 TESTS = Path(__file__).resolve().parent
-SHIM = TESTS.parent
+# The shim as ctxhost writes it (`faust::shim::install`: src/faust/shim, the
+# JSON-RPC client of guest-examples/rpc-clients and the generated hook list),
+# not this source dir, which lacks the last two.
+if not os.environ.get("CTXHOST_FAUST_SHIM"):
+    raise RuntimeError(
+        "CTXHOST_FAUST_SHIM is not set: these tests run against the shim ctxhost writes; "
+        "run them with `cargo test --test integration faust_shim`"
+    )
+SHIM = Path(os.environ["CTXHOST_FAUST_SHIM"]).resolve()
 WORKER = SHIM / "ctxhost_faust_worker.py"
 DEPS = SHIM / "deps.py"
 FIXTURES = TESTS / "fixtures"

@@ -1,8 +1,14 @@
 """`hook/register`: the load sequence and the reply's shape."""
 
+import sys
 import unittest
 
-from harness import FakeHost, HookError
+from harness import SHIM, FakeHost, HookError
+
+if str(SHIM) not in sys.path:
+    sys.path.insert(0, str(SHIM))
+
+from ctxhost_hooks import AGENT_HOOKS  # noqa: E402  (ctxhost's HookName::AGENT)
 
 MIDDLEWARE_REASON_START = "LangChain middleware is not supported by ctxhost; "
 
@@ -28,30 +34,9 @@ class RegisterReply(unittest.TestCase):
                 ]
             ),
         )
-        self.assertEqual(
-            reply["hooks"],
-            [
-                "message_received",
-                "llm_request_pre",
-                "tool_call_pre",
-                "tool_call_post",
-                "agent_event_sent",
-                "memory_read_pre",
-                "memory_read_post",
-                "memory_write_pre",
-                "memory_write_post",
-                "trigger_append",
-                "trigger_fire",
-                "heartbeat",
-                "health_check",
-                "config_changed",
-                "communicate",
-                "run_schedule",
-                "call_tool",
-                "read_symbolic",
-                "unload",
-            ],
-        )
+        # Every agent hook but register itself, in ctxhost's order: the fixture implements them all.
+        self.assertEqual(reply["hooks"], [name for name in AGENT_HOOKS if name != "register"])
+        self.assertIn("message_received", reply["hooks"])
         # tools: a plain function (schema from the signature), a ToolSpec, a dict, a non-JSON one; junk refused
         tools = {t["name"]: t for t in reply["tools"]}
         self.assertEqual(sorted(tools), ["boom", "echo_tool", "lookup", "odd"])

@@ -129,6 +129,7 @@ fn give_children(dir: &OwnedFd, dev: u64, uid: u32, gid: u32, depth: usize) -> i
             if fd >= 0 {
                 // SAFETY: just opened.
                 let child = unsafe { OwnedFd::from_raw_fd(fd) };
+                // SAFETY: `stat` is plain integers: all zeroes is a valid value.
                 let mut st: libc::stat = unsafe { std::mem::zeroed() };
                 // SAFETY: fstat into a local.
                 if unsafe { libc::fstat(child.as_raw_fd(), &mut st) } == 0 && st.st_dev == dev {
@@ -141,6 +142,7 @@ fn give_children(dir: &OwnedFd, dev: u64, uid: u32, gid: u32, depth: usize) -> i
         }
         // A file with other names elsewhere is not given away: a hook that
         // once ran as root could have hard-linked `/etc/shadow` in here.
+        // SAFETY: `stat` is plain integers: all zeroes is a valid value.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: fstatat into a local, relative to our fd, never following a link.
         if unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } != 0

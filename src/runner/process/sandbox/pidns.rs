@@ -312,6 +312,10 @@ pub struct Exec {
 // SAFETY: the raw pointers point into the CStrings owned alongside them,
 // which are never changed; the plan moves between threads only whole.
 unsafe impl Send for Exec {}
+// SAFETY: through `&Exec` this process only reads (no interior mutability):
+// the pointers and strings are fixed at `new`, and the stack is written only
+// by the clones started between fork and exec (in the keeper, on its own
+// copy of the memory), never in the daemon.
 unsafe impl Sync for Exec {}
 
 /// Stack of the cloned hook until it execs: the last steps and `execve`.

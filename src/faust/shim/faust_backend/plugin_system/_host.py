@@ -1,8 +1,10 @@
 """The worker's line to the ctxhost host: JSON-RPC 2.0 over a pair of pipes.
 
-Owns: the connection (`Connection`), the state of the call being handled
-(which agent it is for), and `maybe_awaitable`, which lets every `ctx.*`
-method work both with and without `await`.
+Owns: the connection (`Connection`: the JSON-RPC client of
+guest-examples/rpc-clients, `ctxhost_rpc.Host`, which ctxhost writes beside
+the worker, plus a lock), the state of the call being handled (which agent
+it is for), and `maybe_awaitable`, which lets every `ctx.*` method work both
+with and without `await`.
 
 The wire (ctxhost `agent-hooks.md`): the host sends requests
 `{"jsonrpc":"2.0","id":N,"method":"hook/<name>","params":{...}}`; while one
@@ -17,58 +19,53 @@ never let a plugin's output reach it (the worker points fd 1 at stderr).
 """
 
 import inspect
-import json
 import sys
 import threading
+
+import ctxhost_rpc  # guest-examples/rpc-clients/ctxhost_rpc.py, written beside the worker by ctxhost
 
 __all__ = ["Connection", "RpcError", "connection", "set_connection", "current_agent_id", "maybe_awaitable"]
 
 
-class RpcError(RuntimeError):
-    """The host answered a service call with an `error`."""
+class RpcError(ctxhost_rpc.RpcError, RuntimeError):
+    """The host answered a service call with an `error`; `str()` is the host's message."""
 
     def __init__(self, code, message):
-        super().__init__(message)
-        self.code = code
-        self.message = message
+        ctxhost_rpc.RpcError.__init__(self, code, message)
+        self.args = (message,)
+
+    def __str__(self):
+        return str(self.message)
 
 
-class Connection:
-    """One worker's JSON-RPC connection: binary `rin` (host → worker), `wout`."""
+class Connection(ctxhost_rpc.Host):
+    """One worker's JSON-RPC connection: binary `rin` (host → worker), `wout`.
+
+    The wire (framing, reading, a service call and its answer) is
+    `ctxhost_rpc.Host`'s; this adds what the shim needs around it: a lock
+    (a plugin's threads may log while a call runs), whether a host request
+    is being handled, and the agent it is for.
+    """
 
     def __init__(self, rin, wout):
-        self._in = rin
-        self._out = wout
+        super().__init__(rin, wout)
         self.lock = threading.RLock()
         self.active = False  # a host request is being handled
         self.agent_id = None  # the agent of the request being handled
-        self._next = 0
+
+    def _send(self, message):
+        with self.lock:
+            super()._send(message)
 
     def send(self, message):
-        line = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n"
-        with self.lock:
-            self._out.write(line.encode("utf-8"))
-            self._out.flush()
+        self._send(message)
 
     def read(self):
         """The next JSON object on the input; None at its end."""
-        while True:
-            line = self._in.readline()
-            if not line:
-                return None
-            if not line.strip():
-                continue
-            try:
-                message = json.loads(line)
-            except ValueError:
-                sys.stderr.write("ctxhost faust shim: skipped a line that is not JSON\n")
-                continue
-            if isinstance(message, dict):
-                return message
-            sys.stderr.write("ctxhost faust shim: skipped a JSON line that is not an object\n")
+        return self._read()
 
     def error(self, request_id, code, message):
-        self.send({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
+        self._error(request_id, code, message)
 
     def call(self, method, params=None):
         """Calls a host service; its `result`, or RpcError for its `error`."""
@@ -79,27 +76,13 @@ class Connection:
                     "the host's services are reachable only while it is calling this plugin "
                     "(a hook, a tool, a schedule, the heartbeat)" % method
                 )
-            self._next += 1
-            my_id = "w%d" % self._next
-            self.send({"jsonrpc": "2.0", "id": my_id, "method": method, "params": params if params is not None else {}})
-            while True:
-                message = self.read()
-                if message is None:
-                    raise RpcError(-32000, "the host closed the connection before answering " + method)
-                if "method" in message:
-                    # The host never calls while a call is pending; answer, never hang.
-                    if "id" in message:
-                        self.error(message["id"], -32000, "the worker is waiting for the host's answer to " + my_id)
-                    continue
-                if message.get("id") != my_id:
-                    continue
-                if "error" in message:
-                    err = message["error"] if isinstance(message["error"], dict) else {}
-                    raise RpcError(err.get("code", -32000), str(err.get("message", message["error"])))
-                return message.get("result")
+            try:
+                return super().call(method, params)
+            except ctxhost_rpc.RpcError as e:
+                raise RpcError(e.code, e.message) from None
 
     def notify(self, method, params):
-        self.send({"jsonrpc": "2.0", "method": method, "params": params})
+        self._send({"jsonrpc": "2.0", "method": method, "params": params})
 
 
 _connection = None
