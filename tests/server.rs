@@ -708,8 +708,9 @@ fn a_daemon_killed_with_sigkill_runs_its_journaled_after_turn_calls_at_restart_e
     let (started, gate, store) = (root.join("started"), root.join("gate"), root.join("diary.jsonl"));
     // One hook process at a time: `blocker`'s ingest holds the slot, so the
     // turn's after_turn is journaled and answered but cannot start before
-    // the kill (a hook already running would go on as an orphan: delivery is
-    // at least once). `diary` appends every after_turn it sees to its store.
+    // the kill (a hook running at the kill dies with the daemon and runs again
+    // at the replay: delivery is at least once). `diary` appends every
+    // after_turn it sees to its store.
     for (name, hook, body) in [
         (
             "blocker",
@@ -760,7 +761,7 @@ fn a_daemon_killed_with_sigkill_runs_its_journaled_after_turn_calls_at_restart_e
     assert_eq!((pending[0].target.as_str(), pending[0].agent.as_str()), ("diary", "a1"));
     assert!(!store.exists(), "the plugin never ran in the killed daemon");
 
-    // The killed daemon's blocker hook may go on as an orphan: let it end.
+    // Open the gate so the restarted daemon's blocker does not wait.
     std::fs::write(&gate, "").unwrap();
     let d = site.start(&[]);
     crate::util::within(60, "the replayed after_turn", || std::fs::read_to_string(&store).is_ok_and(|t| !t.is_empty()));

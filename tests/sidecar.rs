@@ -604,9 +604,9 @@ fn stored_memories(home: &Path, agent: &str) -> usize {
 /// before the kill; and `diary`, whose after_turn appends every request it
 /// sees to `store` (the plugin's own store) and hands back a memory.
 ///
-/// (A hook already running when ctxhost is SIGKILLed is not killed with it,
-/// so it may finish as an orphan and its replay run it again: delivery is at
-/// least once. These tests kill before the hook starts, deterministically.)
+/// (A hook running when ctxhost is SIGKILLed dies with it and runs again at
+/// the replay, so it may have had effects twice: delivery is at least once.
+/// These tests kill before the hook starts, deterministically.)
 fn kill_world(w: &World) -> (PathBuf, PathBuf, PathBuf) {
     let (started, gate, store) =
         (w.root.path().join("started"), w.root.path().join("gate"), w.root.path().join("diary.jsonl"));
@@ -654,7 +654,7 @@ fn a_sidecar_killed_right_after_answering_after_turn_runs_the_plugins_call_at_th
     assert!(lines(&store).is_empty(), "the plugin never ran in the killed sidecar");
     assert_eq!(stored_memories(&w.home(), AGENT), 1, "the built-in memory stored the turn before the answer");
 
-    // The killed sidecar's blocker hook may go on as an orphan: let it end.
+    // Open the gate so the restarted sidecar's blocker does not wait.
     std::fs::write(&gate, "").unwrap();
     let s = w.sidecar();
     crate::util::within(60, "the replayed after_turn", || stored_memories(&w.home(), AGENT) == 2);
