@@ -4,32 +4,64 @@
 # The tests run every supported runtime for real (python, node, bash, go, ruby,
 # lua, php, deno, bun and a native binary), so this first installs the
 # interpreters that are missing (Debian/Ubuntu package names, and deno and bun
-# from npm; as root, or through sudo), then runs `cargo test`. Extra arguments
-# go to cargo test.
+# from npm; as root, or through sudo), then runs `cargo test`. It says what it
+# will install, and why, before it does. Extra arguments go to cargo test.
+#
+#   scripts/test.sh                 install what is missing, then cargo test
+#   scripts/test.sh --no-install    list what is missing (and exit 1) instead
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-missing=()
-need() { # need <package> <command>...
-    local pkg=$1; shift
+install=1
+if [ "${1:-}" = "--no-install" ]; then
+    install=0
+    shift
+fi
+
+missing=() why=()
+need() { # need <package> <why> <command>...
+    local pkg=$1 reason=$2; shift 2
     for cmd in "$@"; do command -v "$cmd" >/dev/null 2>&1 && return 0; done
     missing+=("$pkg")
+    why+=("$pkg: $reason")
 }
-need python3 python3
+need python3 "python plugins, FaustBot plugins and the shim's own tests" python3
 # Python plugins get their own venv (`ctxhost plugin install`): Debian's python3
 # needs python3-venv for `python3 -m venv` (ensurepip).
 if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
     missing+=(python3-venv)
+    why+=("python3-venv: the per-plugin virtual environments (python3 -m venv)")
 fi
-need nodejs node
-need golang-go go
-need ruby ruby
-need lua5.4 lua lua5.4
-need php-cli php
+need nodejs "node plugins" node
+need golang-go "go plugins" go
+need ruby "ruby plugins" ruby
+need lua5.4 "lua plugins" lua lua5.4
+need php-cli "php plugins" php
 # Deno and Bun come from npm: their packages carry the binaries for this platform.
 npm_missing=()
-for cmd in deno bun; do command -v "$cmd" >/dev/null 2>&1 || npm_missing+=("$cmd"); done
-if ((${#npm_missing[@]})); then need npm npm; fi
+for cmd in deno bun; do
+    if ! command -v "$cmd" >/dev/null 2>&1; then
+        npm_missing+=("$cmd")
+        why+=("$cmd (npm, global): $cmd plugins")
+    fi
+done
+if ((${#npm_missing[@]})); then need npm "to install deno and bun" npm; fi
+
+if ((${#why[@]})); then
+    {
+        echo "scripts/test.sh: the tests run every runtime for real; missing here:"
+        printf '  %s\n' "${why[@]}"
+    } >&2
+    if ((!install)); then
+        {
+            ((${#missing[@]})) && echo "install with: apt-get install -y ${missing[*]}"
+            ((${#npm_missing[@]})) && echo "and: npm install -g ${npm_missing[*]}"
+            echo "(or run scripts/test.sh without --no-install, as root, to install them)"
+        } >&2
+        exit 1
+    fi
+    echo "scripts/test.sh: installing them now (--no-install lists them without installing)" >&2
+fi
 
 sudo=()
 if ((${#missing[@]} + ${#npm_missing[@]})) && [ "$(id -u)" != 0 ]; then
