@@ -657,6 +657,22 @@ unsafe fn add_proc_rule(ruleset: libc::c_int, access: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// `capget`/`capset`'s header and data records (`linux/capability.h`,
+/// version 3: two data records, capabilities 0-31 and 32-63).
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
 /// Drops every capability for good: the bounding set, the ambient set,
 /// then (as root) the uid and gid for `hook_id`'s, then
 /// effective/permitted/inheritable, with securebits locked so that an exec
@@ -670,19 +686,6 @@ pub(super) unsafe fn drop_capabilities(hook_id: Option<u32>) -> io::Result<()> {
     const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
     const SECBIT_NO_SETUID_FIXUP_LOCKED: libc::c_ulong = 1 << 3;
     const SECBIT_KEEP_CAPS_LOCKED: libc::c_ulong = 1 << 5;
-    const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: libc::c_int,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
     // SAFETY: prctl and capset with valid arguments on the calling process.
     unsafe {
         // Needs CAP_SETPCAP, so before the sets are emptied.
@@ -718,8 +721,8 @@ pub(super) unsafe fn drop_capabilities(hook_id: Option<u32>) -> io::Result<()> {
                 return Err(io::Error::last_os_error());
             }
         }
-        let header = Header { version: CAPABILITY_VERSION_3, pid: 0 };
-        let data = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
+        let header = CapHeader { version: CAPABILITY_VERSION_3, pid: 0 };
+        let data = [CapData { effective: 0, permitted: 0, inheritable: 0 }; 2];
         if libc::syscall(libc::SYS_capset, &header, data.as_ptr()) != 0 {
             return Err(io::Error::last_os_error());
         }
@@ -730,20 +733,8 @@ pub(super) unsafe fn drop_capabilities(hook_id: Option<u32>) -> io::Result<()> {
 /// Whether this process holds any capability (effective or permitted).
 /// Between fork and exec: one syscall.
 fn holds_capabilities() -> bool {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: libc::c_int,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    let header = Header { version: 0x2008_0522, pid: 0 };
-    let mut data = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
+    let header = CapHeader { version: CAPABILITY_VERSION_3, pid: 0 };
+    let mut data = [CapData { effective: 0, permitted: 0, inheritable: 0 }; 2];
     // SAFETY: capget into a local array of the size version 3 expects.
     if unsafe { libc::syscall(libc::SYS_capget, &header, data.as_mut_ptr()) } != 0 {
         return true;
