@@ -36,6 +36,7 @@
 pub mod default;
 pub mod durable;
 pub mod layer;
+pub mod recall;
 pub mod repair;
 pub mod stack;
 
@@ -47,12 +48,7 @@ use crate::runner::BoxFuture;
 
 pub use default::compact::Compacted;
 
-/// A memory handed back by `ingest`, with who recalled it (`default` or a plugin).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Recalled {
-    pub content: String,
-    pub source: String,
-}
+pub use recall::Recalled;
 
 /// Why an engine call failed (after any fallback).
 #[derive(Debug, thiserror::Error)]

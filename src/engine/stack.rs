@@ -4,7 +4,7 @@
 //! | hook | behaviour |
 //! |---|---|
 //! | bootstrap | every layer in order; a failure is logged, the rest still run |
-//! | ingest | layers concurrently; memories after the default recall (run once), by weight |
+//! | ingest | layers concurrently; memories after the default recall (run once), by weight; the same content (up to whitespace) from several recallers is one memory naming them all ([`super::recall`]) |
 //! | assemble, compact | in order; the first non-empty success wins, else the default |
 //! | transform_tool_result | in order; the first rewrite wins; errors move on |
 //! | after_turn | default store (its failure is the call's error, counted), then every layer in the background (bounded per layer): journaled before the call returns when a journal is attached ([`super::durable`]), else fire-and-forget |
@@ -335,7 +335,7 @@ impl ContextEngine for StackEngine {
         Box::pin(async move {
             let mut recalled = self.default.ingest(request).await?;
             if self.settings.stable_prefix_mode {
-                return Ok(recalled);
+                return Ok(super::recall::dedup(recalled));
             }
             let req = HookRequest::Ingest(request.clone());
             let req = &req;
@@ -351,18 +351,18 @@ impl ContextEngine for StackEngine {
             for (_, layer, result) in results {
                 match result {
                     Ok(Some(reply)) => match IngestReply::from_value(&reply) {
-                        Ok(r) => recalled.extend(
-                            r.memories
-                                .into_iter()
-                                .map(|m| Recalled { content: m.content, source: layer.name().to_owned() }),
-                        ),
+                        Ok(r) => {
+                            recalled.extend(r.memories.into_iter().map(|m| Recalled::new(m.content, layer.name())))
+                        }
                         Err(e) => Self::handle(layer.reject_reply(req, &e.to_string()))?,
                     },
                     Ok(None) => {}
                     Err(f) => Self::handle(f)?,
                 }
             }
-            Ok(recalled)
+            // The one place recall is deduplicated (the agent API, the
+            // sidecar and `ctxhost run` all come through here).
+            Ok(super::recall::dedup(recalled))
         })
     }
 

@@ -33,9 +33,10 @@ pub fn agent_uuid(agent_id: &str) -> String {
 /// The built-in engine's memories (what the user said in earlier turns) are
 /// `conversation` in scope `episodic`, as LibreFang's own per-turn memories;
 /// a plugin's are `system` in scope `hook`, as LibreFang's scriptable engine
-/// writes hook memories. `metadata.source_plugin` names where it came from.
-/// The id is stable for (agent, source, content); times are `now` (ctxhost
-/// keeps no access times).
+/// writes hook memories. `metadata.source_plugin` names where it came from
+/// (the first recaller) and `metadata.sources` every recaller of that content
+/// (the engine merges duplicates). The id is stable for (agent, first source,
+/// content); times are `now` (ctxhost keeps no access times).
 pub fn fragment(recalled: &Recalled, agent: &str, now: &str) -> Value {
     let from_default = recalled.source == "default";
     let (source, scope) = if from_default { ("conversation", "episodic") } else { ("system", "hook") };
@@ -44,7 +45,7 @@ pub fn fragment(recalled: &Recalled, agent: &str, now: &str) -> Value {
         "agent_id": agent,
         "content": recalled.content,
         "embedding": null,
-        "metadata": {"source_plugin": recalled.source, "engine": "ctxhost"},
+        "metadata": {"source_plugin": recalled.source, "sources": recalled.sources, "engine": "ctxhost"},
         "source": source,
         "confidence": 1.0,
         "created_at": now,
@@ -126,10 +127,9 @@ fn is_user_turn(m: &Message) -> bool {
 /// was trimmed away, system notes) are dropped unless pinned. When a pinned
 /// one still leads, or nothing is left, a user note saying how many messages
 /// were removed goes first — as LibreFang's own overflow recovery does.
-/// Returns the window and how many messages were dropped here.
-pub fn start_with_user(messages: Vec<Message>, removed_before: usize) -> (Vec<Message>, usize) {
+pub fn start_with_user(messages: Vec<Message>, removed_before: usize) -> Started {
     if messages.is_empty() || is_user_turn(&messages[0]) {
-        return (messages, 0);
+        return Started { messages, dropped: 0, noted: false };
     }
     let lead = messages.iter().take_while(|m| !is_user_turn(m)).count();
     let mut dropped = 0;
@@ -141,7 +141,8 @@ pub fn start_with_user(messages: Vec<Message>, removed_before: usize) -> (Vec<Me
             out.push(m);
         }
     }
-    if out.first().is_none_or(|m| !is_user_turn(m)) {
+    let noted = out.first().is_none_or(|m| !is_user_turn(m));
+    if noted {
         let removed = removed_before + dropped;
         let text = if removed > 0 {
             format!(
@@ -153,28 +154,126 @@ pub fn start_with_user(messages: Vec<Message>, removed_before: usize) -> (Vec<Me
         };
         out.insert(0, Message::text(Role::User, text));
     }
-    (out, dropped)
+    Started { messages: out, dropped, noted }
 }
 
-/// LibreFang's `RecoveryStage` (externally tagged): `"None"`, or
-/// `{"AutoCompaction":{"removed":N}}` when the window lost messages.
-pub fn recovery(removed: usize) -> Value {
-    if removed == 0 { Value::String("None".into()) } else { json!({"AutoCompaction": {"removed": removed}}) }
+/// A window made to start with the user ([`start_with_user`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Started {
+    pub messages: Vec<Message>,
+    /// Leading messages dropped here.
+    pub dropped: usize,
+    /// A note had to go first (nothing the user wrote led what was left).
+    pub noted: bool,
+}
+
+/// What happened to the window, as LibreFang's `RecoveryStage` names it.
+///
+/// LibreFang's own overflow recovery goes through these stages in order and
+/// reports the last it reached; ctxhost reports the furthest one that says
+/// what its engine did to the messages it was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recovery {
+    /// Every message given is in the window, none shortened.
+    None,
+    /// The oldest messages were dropped so the rest fits: the normal trim.
+    AutoCompaction { removed: usize },
+    /// Messages were dropped and nothing the user wrote was left in front, so
+    /// a note saying how many were removed leads the window (the marker of
+    /// LibreFang's aggressive stage).
+    OverflowCompaction { removed: usize },
+    /// Tool results came back shorter than they were given (an assembling
+    /// plugin cut them), whether or not messages were dropped too.
+    ToolResultTruncation { truncated: usize },
+    /// The window is still over its budget: what must stay (pinned messages,
+    /// the newest user message) does not fit. LibreFang tells the user to
+    /// reset or compact.
+    FinalError,
+}
+
+impl Recovery {
+    /// The serde spelling of LibreFang's `RecoveryStage` (externally tagged).
+    pub fn to_value(self) -> Value {
+        match self {
+            Recovery::None => json!("None"),
+            Recovery::AutoCompaction { removed } => json!({"AutoCompaction": {"removed": removed}}),
+            Recovery::OverflowCompaction { removed } => json!({"OverflowCompaction": {"removed": removed}}),
+            Recovery::ToolResultTruncation { truncated } => json!({"ToolResultTruncation": {"truncated": truncated}}),
+            Recovery::FinalError => json!("FinalError"),
+        }
+    }
+}
+
+/// The `assemble` reply and what went into it.
+#[derive(Debug, Clone)]
+pub struct AssembleOutcome {
+    /// `{"messages": [...], "recovery": ...}`.
+    pub value: Value,
+    pub recovery: Recovery,
+    /// Messages or blocks LibreFang could not have read, fixed or dropped (one line each).
+    pub fixes: Vec<String>,
+    /// Leading messages dropped so the window starts with the user.
+    pub leading_dropped: usize,
+    /// What the final window takes, by the caller's count.
+    pub tokens: usize,
 }
 
 /// The `assemble` reply: the engine's window, made LibreFang-readable and
-/// starting with a user message, and the recovery stage for what was removed
-/// from the `given` messages.
-pub fn assemble_reply(given: usize, assembled: Vec<Message>) -> (Value, Vec<String>) {
-    let (messages, mut notes) = to_librefang(assembled);
-    let removed = given.saturating_sub(messages.len());
-    let (messages, dropped) = start_with_user(messages, removed);
-    if dropped > 0 {
-        notes.push(format!("dropped {dropped} leading messages so the window starts with a user message"));
-    }
+/// starting with a user message, and the recovery stage for what happened to
+/// the `given` messages. `tokens` counts what a final window takes (system
+/// prompt included), to be within `budget`.
+pub fn assemble_reply(
+    given: &[Message],
+    assembled: Vec<Message>,
+    tokens: impl Fn(&[Message]) -> usize,
+    budget: usize,
+) -> AssembleOutcome {
+    let (messages, fixes) = to_librefang(assembled);
+    let removed = given.len().saturating_sub(messages.len());
+    let started = start_with_user(messages, removed);
+    let messages = started.messages;
     let kept = messages.iter().filter(|m| !is_note(m)).count();
-    let value = json!({"messages": messages, "recovery": recovery(given.saturating_sub(kept))});
-    (value, notes)
+    let removed = given.len().saturating_sub(kept);
+    let truncated = truncated_tool_results(given, &messages);
+    let used = tokens(&messages);
+    let recovery = if used > budget {
+        Recovery::FinalError
+    } else if truncated > 0 {
+        Recovery::ToolResultTruncation { truncated }
+    } else if removed > 0 && started.noted {
+        Recovery::OverflowCompaction { removed }
+    } else if removed > 0 {
+        Recovery::AutoCompaction { removed }
+    } else {
+        Recovery::None
+    };
+    let value = json!({"messages": messages, "recovery": recovery.to_value()});
+    AssembleOutcome { value, recovery, fixes, leading_dropped: started.dropped, tokens: used }
+}
+
+fn tool_results(messages: &[Message]) -> impl Iterator<Item = &crate::protocol::ToolResultBlock> {
+    messages
+        .iter()
+        .flat_map(|m| match &m.content {
+            Content::Blocks(blocks) => blocks.as_slice(),
+            Content::Text(_) => &[],
+        })
+        .filter_map(|b| match b {
+            Block::ToolResult(r) => Some(r),
+            _ => None,
+        })
+}
+
+/// How many tool results of `window` are shorter than the one with the same
+/// `tool_use_id` in `given`.
+fn truncated_tool_results(given: &[Message], window: &[Message]) -> usize {
+    let mut before: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for r in tool_results(given) {
+        before.entry(r.tool_use_id.as_str()).or_insert_with(|| r.content.chars().count());
+    }
+    tool_results(window)
+        .filter(|r| before.get(r.tool_use_id.as_str()).is_some_and(|&n| r.content.chars().count() < n))
+        .count()
 }
 
 fn is_note(m: &Message) -> bool {
@@ -203,7 +302,7 @@ mod tests {
     fn fragments_carry_every_field_librefang_requires() {
         let agent = agent_uuid("6f9619ff-8b86-d011-b42d-00c04fc964ff");
         let now = ids::rfc3339(std::time::SystemTime::now());
-        let f = fragment(&Recalled { content: "likes jazz".into(), source: "prefs".into() }, &agent, &now);
+        let f = fragment(&Recalled::new("likes jazz", "prefs"), &agent, &now);
         let keys: Vec<&str> = f.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(
             keys,
@@ -227,14 +326,11 @@ mod tests {
         assert_eq!(f["scope"], "hook");
         assert_eq!(f["metadata"]["source_plugin"], "prefs");
         assert!(ids::is_rfc3339(f["created_at"].as_str().unwrap()));
-        let d = fragment(&Recalled { content: "I like jazz".into(), source: "default".into() }, &agent, &now);
+        let d = fragment(&Recalled::new("I like jazz", "default"), &agent, &now);
         assert_eq!((d["source"].as_str(), d["scope"].as_str()), (Some("conversation"), Some("episodic")));
         assert!(MEMORY_SOURCES.contains(&d["source"].as_str().unwrap()));
         // Stable per (agent, source, content).
-        assert_eq!(
-            d["id"],
-            fragment(&Recalled { content: "I like jazz".into(), source: "default".into() }, &agent, "x")["id"]
-        );
+        assert_eq!(d["id"], fragment(&Recalled::new("I like jazz", "default"), &agent, "x")["id"]);
         assert_ne!(d["id"], f["id"]);
     }
 
@@ -284,42 +380,136 @@ mod tests {
             msg(json!({"role":"user","content":"q1"})),
             msg(json!({"role":"assistant","content":"a1"})),
         ];
-        let (out, dropped) = start_with_user(window, 0);
-        assert_eq!(dropped, 2);
-        assert_eq!(out[0].text_content(), "q1");
+        let started = start_with_user(window, 0);
+        assert_eq!((started.dropped, started.noted), (2, false));
+        assert_eq!(started.messages[0].text_content(), "q1");
 
         // A pinned assistant message stays; a note goes before it.
         let window = vec![
             msg(json!({"role":"assistant","content":"rules","pinned":true})),
             msg(json!({"role":"user","content":"q"})),
         ];
-        let (out, dropped) = start_with_user(window, 3);
-        assert_eq!(dropped, 0);
+        let started = start_with_user(window, 3);
+        assert_eq!((started.dropped, started.noted), (0, true));
+        let out = started.messages;
         assert_eq!(roles(&out), ["user", "assistant", "user"]);
         assert!(out[0].text_content().starts_with("[System: 3 earlier messages were removed"));
 
         // Nothing the user wrote at all: the note alone leads.
-        let (out, _) = start_with_user(vec![msg(tool_result)], 0);
+        let out = start_with_user(vec![msg(tool_result)], 0).messages;
         assert_eq!(roles(&out), ["user"]);
         assert!(is_note(&out[0]));
-        assert_eq!(start_with_user(Vec::new(), 0).0.len(), 0);
+        assert_eq!(start_with_user(Vec::new(), 0).messages.len(), 0);
+    }
+
+    fn text(role: &str, t: &str) -> Message {
+        msg(json!({"role": role, "content": t}))
+    }
+
+    fn tool_pair(id: &str, result: &str) -> [Message; 2] {
+        [
+            msg(json!({"role":"assistant","content":[{"type":"tool_use","id":id,"name":"search","input":{}}]})),
+            msg(
+                json!({"role":"user","content":[{"type":"tool_result","tool_use_id":id,"content":result,"is_error":false}]}),
+            ),
+        ]
+    }
+
+    /// Every window fits: one token per message, a budget of 100.
+    fn reply(given: &[Message], assembled: Vec<Message>) -> AssembleOutcome {
+        assemble_reply(given, assembled, <[Message]>::len, 100)
     }
 
     #[test]
     fn recovery_uses_librefang_enum_spelling() {
-        assert_eq!(recovery(0), json!("None"));
-        assert_eq!(recovery(4), json!({"AutoCompaction": {"removed": 4}}));
-        let given = 5;
-        let window = vec![
-            msg(json!({"role":"assistant","content":"a1"})),
-            msg(json!({"role":"user","content":"q2"})),
-            msg(json!({"role":"assistant","content":"a2"})),
+        assert_eq!(Recovery::None.to_value(), json!("None"));
+        assert_eq!(Recovery::AutoCompaction { removed: 4 }.to_value(), json!({"AutoCompaction": {"removed": 4}}));
+        assert_eq!(
+            Recovery::OverflowCompaction { removed: 2 }.to_value(),
+            json!({"OverflowCompaction": {"removed": 2}})
+        );
+        assert_eq!(
+            Recovery::ToolResultTruncation { truncated: 1 }.to_value(),
+            json!({"ToolResultTruncation": {"truncated": 1}})
+        );
+        assert_eq!(Recovery::FinalError.to_value(), json!("FinalError"));
+    }
+
+    #[test]
+    fn an_untouched_window_is_none() {
+        let given = vec![text("user", "q"), text("assistant", "a"), text("user", "q2")];
+        let out = reply(&given, given.clone());
+        assert_eq!(out.recovery, Recovery::None);
+        assert_eq!(out.value["recovery"], "None");
+        assert!(out.fixes.is_empty() && out.leading_dropped == 0);
+    }
+
+    #[test]
+    fn the_oldest_messages_dropped_is_auto_compaction_counting_the_leading_ones_too() {
+        let given = vec![
+            text("user", "q1"),
+            text("assistant", "a1"),
+            text("user", "q2"),
+            text("assistant", "a2"),
+            text("user", "q3"),
         ];
-        let (reply, _) = assemble_reply(given, window);
-        assert_eq!(reply["recovery"], json!({"AutoCompaction": {"removed": 3}}));
-        assert_eq!(reply["messages"][0]["role"], "user");
-        let (reply, notes) = assemble_reply(1, vec![msg(json!({"role":"user","content":"q"}))]);
-        assert_eq!(reply["recovery"], "None");
-        assert!(notes.is_empty());
+        // The engine kept the last three; the first of them is the assistant's.
+        let out = reply(&given, given[2..].to_vec());
+        assert_eq!(out.recovery, Recovery::AutoCompaction { removed: 2 });
+        let out = reply(&given, given[3..].to_vec());
+        assert_eq!(out.leading_dropped, 1, "a2 cannot lead");
+        assert_eq!(out.recovery, Recovery::AutoCompaction { removed: 4 });
+        assert_eq!(out.value["messages"][0]["content"], "q3");
+    }
+
+    #[test]
+    fn dropped_messages_with_a_note_in_front_is_overflow_compaction() {
+        let mut rules = text("assistant", "rules");
+        rules.pinned = true;
+        let given = vec![rules.clone(), text("user", "q1"), text("assistant", "a1"), text("user", "q2")];
+        // The window kept the pinned rules and a1 (a plugin's assemble): a1
+        // cannot lead, and the rules are not the user's, so a note goes first.
+        let out = reply(&given, vec![rules.clone(), text("assistant", "a1")]);
+        assert_eq!(out.recovery, Recovery::OverflowCompaction { removed: 3 });
+        assert!(is_note(&msg(out.value["messages"][0].clone())));
+        // A note but nothing removed is no recovery at all.
+        let out = reply(&[rules.clone()], vec![rules]);
+        assert_eq!(out.recovery, Recovery::None);
+    }
+
+    #[test]
+    fn shortened_tool_results_are_tool_result_truncation() {
+        let [call, result] = tool_pair("t1", "a long tool result with many words");
+        let given = vec![text("user", "q"), call.clone(), result, text("user", "q2")];
+        let [_, short] = tool_pair("t1", "a long…");
+        let out = reply(&given, vec![text("user", "q"), call.clone(), short.clone(), text("user", "q2")]);
+        assert_eq!(out.recovery, Recovery::ToolResultTruncation { truncated: 1 });
+        // Also when messages were dropped besides: the further stage is named.
+        let out = reply(&given, vec![call, short, text("user", "q2")]);
+        assert_eq!(out.recovery, Recovery::ToolResultTruncation { truncated: 1 });
+        // A result of the same length is not truncated.
+        let out = reply(&given, given.clone());
+        assert_eq!(out.recovery, Recovery::None);
+    }
+
+    #[test]
+    fn a_window_still_over_its_budget_is_final_error() {
+        let given = vec![text("user", "a question far too long for the window")];
+        let out = assemble_reply(&given, given.clone(), |_| 101, 100);
+        assert_eq!(out.recovery, Recovery::FinalError);
+        assert_eq!(out.tokens, 101);
+        let out = assemble_reply(&given, given.clone(), |_| 100, 100);
+        assert_eq!(out.recovery, Recovery::None, "exactly the budget fits");
+        assert_eq!(out.value["recovery"], "FinalError");
+    }
+
+    #[test]
+    fn what_librefang_could_not_read_is_a_fix_and_a_leading_drop_is_not() {
+        let given = vec![text("assistant", "hello"), text("critic", "no such role"), text("user", "q")];
+        let out = reply(&given, given.clone());
+        assert_eq!(out.fixes.len(), 1, "{:?}", out.fixes);
+        assert!(out.fixes[0].contains("role `critic`"));
+        assert_eq!(out.leading_dropped, 1);
+        assert_eq!(out.recovery, Recovery::AutoCompaction { removed: 2 });
     }
 }

@@ -178,12 +178,13 @@ impl Methods {
     }
 
     async fn assemble(&self, p: AssembleParams) -> Result<Value, String> {
-        let given = p.messages.len();
-        let window = match p.context_window_tokens {
-            // 0: the engine's configured window.
-            0 => 0,
-            w => w.saturating_sub(self.tool_tokens(&p.tools)).max(1),
+        // The budget of the window: LibreFang's (0: the engine's configured
+        // one) less what the tool definitions take.
+        let base = match p.context_window_tokens {
+            0 => self.engine.default_engine().settings().context_window_tokens,
+            w => w,
         };
+        let window = base.saturating_sub(self.tool_tokens(&p.tools)).max(1);
         let request = AssembleRequest {
             agent_id: p.agent_id,
             system_prompt: p.system_prompt,
@@ -192,11 +193,33 @@ impl Methods {
             ..Default::default()
         };
         let assembled = self.engine.assemble(&request).await.map_err(|e| e.to_string())?;
-        let (reply, notes) = librefang::assemble_reply(given, assembled);
-        for n in notes {
-            tracing::warn!(agent = %request.agent_id, "assemble: {n}");
+        let counter = self.engine.default_engine().counter();
+        let budget = usize::try_from(window).unwrap_or(usize::MAX);
+        let used = |messages: &[Message]| counter.text(&request.system_prompt) + counter.messages(messages);
+        let out = librefang::assemble_reply(&request.messages, assembled, used, budget);
+        let agent = &request.agent_id;
+        for n in &out.fixes {
+            tracing::warn!(%agent, "assemble: {n}");
         }
-        Ok(reply)
+        // assemble runs on every LLM iteration: a trim is its normal work.
+        if out.leading_dropped > 0 {
+            tracing::debug!(
+                %agent,
+                "assemble: dropped {} leading messages so the window starts with a user message",
+                out.leading_dropped
+            );
+        }
+        match out.recovery {
+            librefang::Recovery::None => {}
+            librefang::Recovery::FinalError => tracing::warn!(
+                %agent,
+                "assemble: the messages that must stay (pinned ones, the newest user message) and the system prompt \
+                 take {} tokens, over the window of {budget}; told LibreFang `FinalError`",
+                out.tokens
+            ),
+            other => tracing::debug!(%agent, "assemble: recovery {:?}", other),
+        }
+        Ok(out.value)
     }
 
     /// Tokens the tool definitions take from the window (LibreFang counts them too).

@@ -66,35 +66,79 @@ fn blocks(m: &Message) -> &[Block] {
     }
 }
 
-/// Keeps what fits in `window` tokens (after `system_prompt`), per the rules above.
-pub fn fit(system_prompt: &str, messages: &[Message], window: usize, counter: &TokenCounter) -> Vec<Message> {
+/// Why the built-in assemble left a group of messages out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropReason {
+    /// Going from the newest, the first group that did not fit: it takes
+    /// `needed` tokens and `left` were left.
+    DidNotFit { needed: usize, left: usize },
+    /// Older than a group that did not fit: the window keeps no gaps.
+    OlderThanTheCut,
+}
+
+/// A group of messages (see [`units`]) the built-in assemble left out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DroppedUnit {
+    /// Inclusive indices into the history.
+    pub first: usize,
+    pub last: usize,
+    pub tokens: usize,
+    pub reason: DropReason,
+}
+
+/// What the built-in assemble keeps of a history, and why it drops the rest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Indices of the kept messages, in order.
+    pub kept: Vec<usize>,
+    /// Dropped groups, oldest first.
+    pub dropped: Vec<DroppedUnit>,
+    /// Tokens of the system prompt and the kept messages.
+    pub tokens: usize,
+}
+
+/// Decides what fits in `window` tokens (after `system_prompt`), per the rules above.
+pub fn plan(system_prompt: &str, messages: &[Message], window: usize, counter: &TokenCounter) -> Plan {
     let units = units(messages);
     let newest_user = newest_user_turn(messages);
     let cost = |&(a, b): &(usize, usize)| -> usize { messages[a..=b].iter().map(|m| counter.message(m)).sum() };
     let must_keep = |&(a, b): &(usize, usize)| {
         messages[a..=b].iter().any(|m| m.pinned) || newest_user.is_some_and(|n| (a..=b).contains(&n))
     };
-    let mut keep = vec![false; units.len()];
+    let mut keep: Vec<Option<DropReason>> = vec![Some(DropReason::OlderThanTheCut); units.len()];
     let mut used = counter.text(system_prompt);
     for (k, unit) in units.iter().enumerate() {
         if must_keep(unit) {
-            keep[k] = true;
+            keep[k] = None;
             used += cost(unit);
         }
     }
     // Newest first; the first unit that does not fit ends the history.
     for (k, unit) in units.iter().enumerate().rev() {
-        if keep[k] {
+        if keep[k].is_none() {
             continue;
         }
         let c = cost(unit);
         if used + c > window {
+            keep[k] = Some(DropReason::DidNotFit { needed: c, left: window.saturating_sub(used) });
             break;
         }
         used += c;
-        keep[k] = true;
+        keep[k] = None;
     }
-    units.iter().zip(keep).filter(|(_, k)| *k).flat_map(|(&(a, b), _)| messages[a..=b].iter().cloned()).collect()
+    let mut plan = Plan { kept: Vec::new(), dropped: Vec::new(), tokens: used };
+    for (&(a, b), reason) in units.iter().zip(keep) {
+        match reason {
+            None => plan.kept.extend(a..=b),
+            Some(reason) => plan.dropped.push(DroppedUnit { first: a, last: b, tokens: cost(&(a, b)), reason }),
+        }
+    }
+    plan
+}
+
+/// Keeps what fits in `window` tokens (after `system_prompt`), per the rules above.
+pub fn fit(system_prompt: &str, messages: &[Message], window: usize, counter: &TokenCounter) -> Vec<Message> {
+    plan(system_prompt, messages, window, counter).kept.into_iter().map(|i| messages[i].clone()).collect()
 }
 
 #[cfg(test)]
@@ -133,6 +177,34 @@ mod tests {
         assert_eq!(tags(&out), ["u2", "a2", "u3"]);
         let out = fit("", &history, 100 * each, &counter());
         assert_eq!(out.len(), 5);
+    }
+
+    #[test]
+    fn the_plan_says_why_each_group_was_dropped() {
+        let each = 10 + MESSAGE_OVERHEAD;
+        let history = vec![
+            msg("user", 10, "u1"),
+            msg("assistant", 10, "a1"),
+            msg("user", 10, "u2"),
+            msg("assistant", 10, "a2"),
+            msg("user", 10, "u3"),
+        ];
+        let p = plan("", &history, 3 * each + 4, &counter());
+        assert_eq!(p.kept, [2, 3, 4]);
+        assert_eq!(p.tokens, 3 * each);
+        assert_eq!(
+            p.dropped,
+            [
+                DroppedUnit { first: 0, last: 0, tokens: each, reason: DropReason::OlderThanTheCut },
+                DroppedUnit {
+                    first: 1,
+                    last: 1,
+                    tokens: each,
+                    reason: DropReason::DidNotFit { needed: each, left: 4 }
+                },
+            ]
+        );
+        assert!(plan("", &history, 100 * each, &counter()).dropped.is_empty());
     }
 
     #[test]

@@ -34,30 +34,48 @@ pub trait Summarizer: Send + Sync {
     fn summarize<'a>(&'a self, request: SummaryRequest<'a>) -> BoxFuture<'a, Result<String, String>>;
 }
 
-/// One line per message: its role and the start of its text. Same input,
-/// same summary.
+/// One line per message: its role and the start of its text; an earlier
+/// summary among the messages contributes its own lines (a summary of a
+/// summary stays flat). Same input, same summary.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct LocalSummarizer;
 
-/// Characters kept of each message by [`LocalSummarizer`].
+/// Characters kept of each message by [`LocalSummarizer`], at most; with a
+/// `max_tokens`, fewer so every message gets a line, down to [`MIN_LINE_CHARS`].
 const LINE_CHARS: usize = 160;
+const MIN_LINE_CHARS: usize = 24;
 
 impl Summarizer for LocalSummarizer {
     fn summarize<'a>(&'a self, request: SummaryRequest<'a>) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
             let budget_chars = request.max_tokens.map_or(usize::MAX, |t| (t as usize).saturating_mul(4));
-            let mut out = format!("{} earlier messages:", request.messages.len());
+            // Every message a line: the budget shared out ("\n- assistant: " is 14).
+            let line_chars =
+                (budget_chars / request.messages.len().max(1)).saturating_sub(14).clamp(MIN_LINE_CHARS, LINE_CHARS);
+            let mut count = 0;
+            let mut lines = Vec::new();
             for m in request.messages {
-                let text = m.text_content();
+                let text = line_text(m);
+                if let Some(earlier) = text.strip_prefix(SUMMARY_PREFIX) {
+                    let mut rest = earlier.lines();
+                    let header = rest.next().unwrap_or("");
+                    count += header.split_whitespace().next().and_then(|n| n.parse::<usize>().ok()).unwrap_or(1);
+                    lines.extend(rest.filter(|l| l.starts_with("- ") && *l != "- …").map(|l| format!("\n{l}")));
+                    continue;
+                }
+                count += 1;
                 let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
                 if text.is_empty() {
                     continue;
                 }
-                let mut line: String = text.chars().take(LINE_CHARS).collect();
+                let mut line: String = text.chars().take(line_chars).collect();
                 if line.len() < text.len() {
                     line.push('…');
                 }
-                let line = format!("\n- {}: {line}", m.role.as_str());
+                lines.push(format!("\n- {}: {line}", m.role.as_str()));
+            }
+            let mut out = format!("{count} earlier messages:");
+            for line in lines {
                 if out.len() + line.len() > budget_chars {
                     out.push_str("\n- …");
                     break;
@@ -66,6 +84,27 @@ impl Summarizer for LocalSummarizer {
             }
             Ok(out)
         })
+    }
+}
+
+/// A message's text for a summary line: its text, and its tool calls and
+/// results named.
+fn line_text(m: &Message) -> String {
+    use crate::protocol::{Block, Content};
+    match &m.content {
+        Content::Text(t) => t.clone(),
+        Content::Blocks(blocks) => blocks
+            .iter()
+            .filter_map(|b| match b {
+                Block::Text(t) => Some(t.text.clone()),
+                Block::ToolUse(u) => Some(format!("[called {}]", u.name)),
+                Block::ToolResult(r) => {
+                    Some(format!("[{} result] {}", r.tool_name.as_deref().unwrap_or("tool"), r.content))
+                }
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
     }
 }
 
@@ -84,19 +123,20 @@ pub fn summary_message(summary: &str) -> Message {
     Message::text(Role::User, text)
 }
 
-/// Which messages to summarise: oldest units first, skipping pinned ones and
-/// the newest user message, until the rest fits `target` tokens. Returns the
-/// indices to replace, in order (possibly empty).
+/// Which messages to summarise: oldest units first, skipping pinned ones,
+/// until the rest fits `target` tokens. The newest user message and what
+/// follows it (the exchange under way, its tool calls included) are never
+/// summarised, so the summary only ever stands for what came before them.
+/// Returns the indices to replace, in order (possibly empty).
 pub fn choose(messages: &[Message], target: usize, counter: &TokenCounter) -> Vec<usize> {
     let newest_user = super::assemble::newest_user_turn(messages);
     let mut remaining = counter.messages(messages);
     let mut chosen = Vec::new();
     for (a, b) in units(messages) {
-        if remaining <= target {
+        if remaining <= target || newest_user.is_some_and(|n| n <= b) {
             break;
         }
-        let protected = messages[a..=b].iter().any(|m| m.pinned || m.role == Role::System)
-            || newest_user.is_some_and(|n| (a..=b).contains(&n));
+        let protected = messages[a..=b].iter().any(|m| m.pinned || m.role == Role::System);
         if protected {
             continue;
         }
@@ -159,6 +199,37 @@ mod tests {
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+    }
+
+    #[test]
+    fn a_summary_of_a_summary_stays_flat() {
+        let earlier = summary_message("3 earlier messages:\n- user: a\n- assistant: b\n- …");
+        let messages = [earlier, Message::text(Role::User, "c")];
+        let request = SummaryRequest { prompt: None, messages: &messages, max_tokens: None };
+        let out = block_on(LocalSummarizer.summarize(request)).unwrap();
+        assert_eq!(out, "4 earlier messages:\n- user: a\n- assistant: b\n- user: c");
+    }
+
+    #[test]
+    fn the_exchange_under_way_is_never_summarised() {
+        let counter = TokenCounter::new(Box::new(Words), 1000);
+        let mut h = history();
+        h.truncate(18);
+        h.push(Message::text(Role::User, format!("question 9 {}", "w ".repeat(20))));
+        let call: Message = serde_json::from_value(serde_json::json!({"role":"assistant","content":[
+            {"type":"tool_use","id":"t","name":"x","input":{}}]}))
+        .unwrap();
+        let result: Message = serde_json::from_value(serde_json::json!({"role":"user","content":[
+            {"type":"tool_result","tool_use_id":"t","content":"r","is_error":false}]}))
+        .unwrap();
+        h.extend([call, result]);
+        // A target nothing reaches: everything before the question goes.
+        let chosen = choose(&h, 0, &counter);
+        assert_eq!(
+            chosen,
+            (0..18).filter(|&i| i != 4).collect::<Vec<_>>(),
+            "all before the question but pinned question 2"
+        );
     }
 
     #[test]

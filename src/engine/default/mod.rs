@@ -137,7 +137,7 @@ impl ContextEngine for DefaultEngine {
             let (agent, peer, query) = (request.agent_id.clone(), request.peer_id.clone(), request.message.clone());
             let limit = self.settings.max_recall_results;
             let found = blocking(move || memory.recall(&agent, peer.as_deref(), &query, limit)).await?;
-            Ok(found.into_iter().map(|m| Recalled { content: m.content, source: m.source }).collect())
+            Ok(found.into_iter().map(|m| Recalled::new(m.content, m.source)).collect())
         })
     }
 
