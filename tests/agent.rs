@@ -370,8 +370,9 @@ fn tools_are_listed_and_a_run_transcript_goes_through_the_loop() {
         .arg(&transcript)
         .assert()
         .success();
+    // After the run's own line, the first turn.
     let first: Value =
-        serde_json::from_str(String::from_utf8_lossy(&out.get_output().stdout).lines().next().unwrap()).unwrap();
+        serde_json::from_str(String::from_utf8_lossy(&out.get_output().stdout).lines().nth(1).unwrap()).unwrap();
     let results = first["tool_results"].as_array().unwrap();
     assert!(
         results[0].as_str().unwrap().starts_with("tool call denied by plugin 'guard-node': guard: refusing"),

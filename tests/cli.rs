@@ -161,27 +161,161 @@ fn help_has_examples() {
     assert!(out.contains("Examples:") && out.contains("--timeout-secs"), "{out}");
 }
 
+fn text_of(m: &Value) -> String {
+    match &m["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks.iter().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join(" "),
+        _ => String::new(),
+    }
+}
+
+fn block_types(m: &Value) -> Vec<String> {
+    m["content"].as_array().map_or(Vec::new(), |b| b.iter().map(|b| b["type"].as_str().unwrap().to_owned()).collect())
+}
+
 #[test]
-fn demo_runs_the_bundled_stack_and_reports_json() {
+fn demo_json_shows_trim_compaction_the_whole_prompt_the_tool_order_and_merged_memories() {
     crate::util::require_program("python3", "python3");
     let a = ctxhost().args(["demo", "--json"]).assert().success();
     let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
     let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(lines.len(), 6, "five turns and the metrics: {out}");
-    let turn4 = &lines[3];
-    assert_eq!(turn4["turn"], 4);
-    let sources: Vec<&str> =
-        turn4["memories"].as_array().unwrap().iter().map(|m| m["source"].as_str().unwrap()).collect();
-    assert!(
-        sources.contains(&"default") && sources.contains(&"python-memory") && sources.contains(&"bash-memory"),
-        "{sources:?}"
-    );
-    let tool_results = lines[2]["tool_results"].as_array().unwrap();
-    assert_eq!(tool_results.len(), 1);
-    for key in ["assembled", "compacted", "elapsed_ms"] {
-        assert!(turn4.get(key).is_some(), "{key}");
+    assert_eq!(lines.len(), 7, "the run, five turns and the metrics: {out}");
+    let run = &lines[0]["run"];
+    assert_eq!(run["stack"], serde_json::json!(["python-memory", "bash-memory", "shorten-results"]));
+    assert_eq!(run["memory"]["kind"], "throw-away");
+    let window = run["context_window_tokens"].as_u64().unwrap();
+    let turns = &lines[1..6];
+
+    // A window trimmed by the built-in assemble: which messages, why, tokens before/after.
+    let trims: Vec<&Value> =
+        turns.iter().flat_map(|t| t["calls"].as_array().unwrap()).filter_map(|c| c.get("trim")).collect();
+    assert!(!trims.is_empty(), "some model call is trimmed: {out}");
+    for t in &trims {
+        assert_eq!(t["by"], "built-in");
+        assert!(t["tokens_before"].as_u64().unwrap() > window && t["tokens_after"].as_u64().unwrap() <= window, "{t}");
+        for d in t["dropped"].as_array().unwrap() {
+            assert!(d["position"].as_u64().unwrap() >= 1 && d["tokens"].as_u64().unwrap() > 0, "{d}");
+            let reason = d["reason"].as_str().unwrap();
+            assert!(
+                reason.starts_with("did not fit (") || reason.starts_with("older than one that did not fit"),
+                "{d}"
+            );
+        }
     }
-    assert_eq!(lines[5]["metrics"]["hooks"]["ingest"]["calls"], 10);
+
+    // A compaction with its summary, which the next model call sees first.
+    let compacted: Vec<&Value> = turns.iter().filter(|t| t["compaction"].is_object()).collect();
+    assert!(!compacted.is_empty(), "{out}");
+    let turn = compacted[0];
+    let c = &turn["compaction"];
+    let summary = c["summary"].as_str().unwrap();
+    assert!(summary.starts_with("[Context compaction summary] "), "{summary}");
+    assert!(c["tokens_before"].as_u64().unwrap() >= c["threshold"].as_u64().unwrap());
+    assert!(c["tokens_after"].as_u64().unwrap() < c["tokens_before"].as_u64().unwrap(), "a compaction shrinks: {c}");
+    assert_eq!(turn["compacted"], true);
+    assert_eq!(text_of(&turn["calls"][0]["messages"][0]), summary);
+
+    // The system prompt as the model gets it: recalled memories whole.
+    for t in turns {
+        assert_eq!(t["assembled"][0]["role"], "system");
+        assert_eq!(t["assembled"][0]["content"], t["system_prompt"]);
+        for m in t["memories"].as_array().unwrap() {
+            assert!(
+                t["system_prompt"].as_str().unwrap().contains(&format!("\n- {}", m["content"].as_str().unwrap())),
+                "{t}"
+            );
+        }
+        // No memory twice.
+        let contents: Vec<&str> =
+            t["memories"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap()).collect();
+        let mut unique = contents.clone();
+        unique.dedup();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), contents.len(), "{contents:?}");
+    }
+    let turn4 = &turns[3];
+    let garden = turn4["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["content"] == "Hi! My garden has tomatoes and basil this year.")
+        .unwrap_or_else(|| panic!("{turn4}"));
+    assert_eq!(garden["sources"], serde_json::json!(["default", "python-memory", "bash-memory"]));
+    assert_eq!(garden["source"], "default");
+
+    // The tool call in its real order: the question, the assistant's text and
+    // tool_use, the tool_result (after transform_tool_result), the answer.
+    let turn3 = &turns[2];
+    let calls = turn3["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 2, "one call before the tool, one after: {turn3}");
+    assert_eq!(block_types(&calls[0]["reply"]), ["text", "tool_use"]);
+    assert_eq!(text_of(&calls[0]["reply"]), "Let me check the forecast.");
+    assert_eq!(text_of(calls[0]["messages"].as_array().unwrap().last().unwrap()), turn3["user"].as_str().unwrap());
+    let seen = calls[1]["messages"].as_array().unwrap();
+    let n = seen.len();
+    assert_eq!(text_of(&seen[n - 3]), turn3["user"].as_str().unwrap());
+    assert_eq!(seen[n - 2], calls[0]["reply"]);
+    assert_eq!(block_types(&seen[n - 1]), ["tool_result"]);
+    let tool = &turn3["tools"][0];
+    assert_eq!(seen[n - 1]["content"][0]["content"], tool["shown"]);
+    assert_ne!(tool["result"], tool["shown"]);
+    assert!(tool["shown"].as_str().unwrap().contains("[shortened by shorten-results: kept"), "{tool}");
+    assert_eq!(turn3["tool_results"], serde_json::json!([tool["shown"]]));
+    assert!(text_of(&calls[1]["reply"]).starts_with("Tomorrow in Lyon"));
+    // The next turn's history holds the exchange in that order too.
+    let history: Vec<String> = turns[3]["calls"][0]["messages"].as_array().unwrap().iter().map(text_of).collect();
+    assert!(history.last().unwrap().starts_with("Should I water"), "{history:?}");
+
+    let metrics = &lines[6]["metrics"]["hooks"];
+    assert_eq!(metrics["ingest"]["calls"], 10);
+    assert_eq!(metrics["transform_tool_result"]["calls"], 1);
+}
+
+#[test]
+fn demo_text_reads_in_the_order_things_happen_and_fits_a_screenful_or_two() {
+    crate::util::require_program("python3", "python3");
+    let a = ctxhost().arg("demo").assert().success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    let n = out.lines().count();
+    assert!((60..=100).contains(&n), "{n} lines:\n{out}");
+    let at = |needle: &str| out.find(needle).unwrap_or_else(|| panic!("no `{needle}` in:\n{out}"));
+    assert!(out.starts_with("ctxhost demo: 5 turns through [python-memory, bash-memory, shorten-results]"), "{out}");
+    assert!(out.contains("\nmemory: throw-away"), "{out}");
+    // Turn 3: the question, the assistant's tool call, the result before and
+    // after transform_tool_result, the trimmed second call, the answer.
+    let order = [
+        "  user       What is the weather forecast for Lyon tomorrow?",
+        "  assistant  Let me check the forecast. [tool_use weather",
+        "  tool       weather {\"city\":\"Lyon\",\"day\":\"tomorrow\"} returned 598 characters in 10 lines:",
+        "after transform_tool_result",
+        "[shortened by shorten-results: kept",
+        "  model call 2:",
+        "    trimmed: the history takes",
+        "  assistant  Tomorrow in Lyon",
+        "Turn 4",
+        "  compacted  the history reached",
+        "[Context compaction summary]",
+    ];
+    let places: Vec<usize> = order.iter().map(|s| at(s)).collect();
+    assert!(places.windows(2).all(|w| w[0] < w[1]), "out of order {places:?}:\n{out}");
+    // The system prompt whole, memories included, not cut.
+    assert!(
+        out.contains(
+            "    system    You are a helpful assistant.\n\n              Relevant memories:\n              - "
+        ),
+        "{out}"
+    );
+    assert!(out.contains("              - Hi! My garden has tomatoes and basil this year.\n"), "{out}");
+    // Each memory once, naming its recallers.
+    assert!(out.contains("\" from default, python-memory, bash-memory\n"), "{out}");
+    for turn in out.split("\nTurn ") {
+        let recalled: Vec<&str> = turn.lines().filter(|l| l.contains("\" from ")).collect();
+        let mut unique = recalled.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), recalled.len(), "{turn}");
+    }
 }
 
 #[test]
@@ -194,12 +328,89 @@ fn run_reads_a_transcript_and_names_a_bad_line() {
     let a =
         p.cmd().args(["--plugins-dir", &plugins, "run", "--json", "--transcript"]).arg(&transcript).assert().success();
     let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
-    let first: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
-    assert_eq!(first["memories"], serde_json::json!([{"content": "from t", "source": "t"}]));
-    let second: Value = serde_json::from_str(out.lines().nth(1).unwrap()).unwrap();
+    let first: Value = serde_json::from_str(out.lines().nth(1).unwrap()).unwrap();
+    assert_eq!(first["memories"], serde_json::json!([{"content": "from t", "source": "t", "sources": ["t"]}]));
+    let second: Value = serde_json::from_str(out.lines().nth(2).unwrap()).unwrap();
     assert!(second["memories"].as_array().unwrap().iter().any(|m| m["source"] == "default" && m["content"] == "hello"));
 
     write(&transcript, "{\"user\":\"hello\",\"assistant\":\"hi\"}\n{\"user\":\"oops\"}\n");
     let a = p.cmd().args(["run", "--transcript"]).arg(&transcript).assert().failure().code(1);
     assert_eq!(stderr(&a), "error: transcript line 2: missing field `assistant` at line 1 column 15\n");
+}
+
+/// `ctxhost run --json`'s turn lines without their timings.
+fn turn_lines(a: &assert_cmd::assert::Assert) -> Vec<Value> {
+    let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    out.lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v.get("turn").is_some())
+        .map(|mut v| {
+            v.as_object_mut().unwrap().remove("elapsed_ms");
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn run_is_repeatable_on_a_throw_away_memory_and_remembers_with_memory() {
+    let p = TestPlugin::bash("ingest", "echo '{}'\n", "");
+    let plugins = p.dir.parent().unwrap().to_str().unwrap().to_owned();
+    let transcript = p.root.path().join("chat.jsonl");
+    write(
+        &transcript,
+        "{\"user\":\"my cat is called Tom\",\"assistant\":\"Nice name.\"}\n\
+         {\"user\":\"what is my cat called?\",\"assistant\":\"Tom.\"}\n",
+    );
+    // The throw-away memory lives in TMPDIR and is gone afterwards.
+    let tmp = p.root.path().join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let run = |extra: &[&str]| {
+        p.cmd()
+            .env("TMPDIR", &tmp)
+            .args(["--plugins-dir", &plugins, "run", "--json", "--transcript"])
+            .arg(&transcript)
+            .args(extra)
+            .assert()
+            .success()
+    };
+    let first = run(&[]);
+    let again = run(&[]);
+    assert_eq!(turn_lines(&first), turn_lines(&again), "same transcript, same report");
+    let turns = turn_lines(&first);
+    assert_eq!(turns[0]["memories"], serde_json::json!([]), "nothing from an earlier run");
+    assert_eq!(turns[1]["memories"][0]["content"], "my cat is called Tom", "within a run, turn 1 is recalled");
+    let header: Value =
+        serde_json::from_str(String::from_utf8_lossy(&first.get_output().stdout).lines().next().unwrap()).unwrap();
+    assert_eq!(header["run"]["memory"], serde_json::json!({"kind": "throw-away"}));
+    assert!(!p.home.join("memory.db").exists(), "the home's memory is not touched");
+    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "the throw-away memory is removed");
+
+    // --memory FILE keeps it: a second run recalls the first at once.
+    let db = p.root.path().join("kept/chat.db");
+    let db_arg = db.to_str().unwrap();
+    let first = run(&["--memory", db_arg]);
+    assert_eq!(turn_lines(&first)[0]["memories"], serde_json::json!([]));
+    let second = run(&["--memory", db_arg]);
+    let recalled = &turn_lines(&second)[0]["memories"];
+    assert_eq!(recalled[0]["content"], "my cat is called Tom", "{recalled}");
+    assert_eq!(recalled[0]["sources"], serde_json::json!(["default"]));
+    let header: Value =
+        serde_json::from_str(String::from_utf8_lossy(&second.get_output().stdout).lines().next().unwrap()).unwrap();
+    assert_eq!(header["run"]["memory"], serde_json::json!({"kind": "file", "path": db_arg, "from": "--memory"}));
+
+    // The config's `[memory] path` is used, and said so, when no --memory is given.
+    write(&p.home.join("config.toml"), &format!("[memory]\npath = \"{db_arg}\"\n"));
+    let text = p.cmd().args(["--plugins-dir", &plugins, "run", "--transcript"]).arg(&transcript).assert().success();
+    let out = String::from_utf8_lossy(&text.get_output().stdout).into_owned();
+    assert!(out.contains(&format!("\nmemory: {db_arg} ([memory] path of the config)\n")), "{out}");
+    assert!(out.contains("\"my cat is called Tom\" from default"), "recalled from the kept memory: {out}");
+}
+
+#[test]
+fn run_help_shows_the_memory_option_with_an_example() {
+    let a = ctxhost().args(["run", "--help"]).assert().success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    assert!(out.contains("--memory <FILE>"), "{out}");
+    assert!(out.contains("ctxhost run --transcript chat.jsonl --memory chat-memory.db"), "{out}");
+    assert!(out.contains("throw-away"), "{out}");
 }

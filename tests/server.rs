@@ -121,12 +121,12 @@ fn agent_api_answers_every_hook_with_the_engines_result() {
     // ingest: default recall first, then the layers by weight (beta 2.0 first).
     let reply = ingest(&d, "a1", "what is my cat called");
     let memories = reply["memories"].as_array().unwrap();
-    assert_eq!(memories[0], json!({"content": "my cat is called Tom", "source": "default"}));
+    assert_eq!(memories[0], json!({"content": "my cat is called Tom", "source": "default", "sources": ["default"]}));
     assert_eq!(
         memories[1..],
         [
-            json!({"content": "beta v1: what is my cat called", "source": "beta"}),
-            json!({"content": "alpha v1: what is my cat called", "source": "alpha"})
+            json!({"content": "beta v1: what is my cat called", "source": "beta", "sources": ["beta"]}),
+            json!({"content": "alpha v1: what is my cat called", "source": "alpha", "sources": ["alpha"]})
         ]
     );
     // The route's agent is the key: another agent recalls nothing of a1's.
@@ -166,6 +166,44 @@ fn agent_api_answers_every_hook_with_the_engines_result() {
     }
     // An empty body is an empty request.
     assert_eq!(d.post("/api/agents/a1/after_turn", "").status, 200);
+}
+
+#[test]
+fn agent_api_ingest_merges_the_same_memory_from_the_built_in_store_and_two_plugins() {
+    let site = Site::new();
+    for name in ["alpha", "beta"] {
+        write(
+            &site.plugin_dir(name).join("plugin.toml"),
+            &format!("name = \"{name}\"\nversion = \"1\"\n[hooks]\nruntime = \"bash\"\ningest = \"hooks/ingest.sh\"\n"),
+        );
+        // The built-in memory's text with other whitespace, and one of its own.
+        write(
+            &site.plugin_dir(name).join("hooks/ingest.sh"),
+            &format!(
+                "cat > /dev/null\necho '{{\"memories\":[{{\"content\":\"my cat is\\ncalled Tom \"}},{{\"content\":\"{name} only\"}}]}}'\n"
+            ),
+        );
+    }
+    site.config("[context_engine]\nplugin_stack = [\"alpha\", \"beta\"]\n");
+    let d = site.routes();
+    let turn = json!({"messages": [{"role": "user", "content": "my cat is called Tom"}]});
+    assert_eq!(d.post("/api/agents/a1/after_turn", &turn.to_string()).status, 200);
+    let reply = ingest(&d, "a1", "what is my cat called");
+    assert_eq!(
+        reply["memories"],
+        json!([
+            {"content": "my cat is called Tom", "source": "default", "sources": ["default", "alpha", "beta"]},
+            {"content": "alpha only", "source": "alpha", "sources": ["alpha"]},
+            {"content": "beta only", "source": "beta", "sources": ["beta"]},
+        ])
+    );
+    // Without the built-in memory's copy, the first plugin's text stands.
+    let reply = ingest(&d, "a2", "what is my cat called");
+    assert_eq!(
+        reply["memories"][0],
+        json!({"content": "my cat is\ncalled Tom ", "source": "alpha", "sources": ["alpha", "beta"]})
+    );
+    d.stop();
 }
 
 #[test]
@@ -672,7 +710,8 @@ fn a_component_plugin_reloads_and_a_broken_one_keeps_running() {
                     .as_array()
                     .unwrap()
                     .iter()
-                    .filter(|m| m["source"] == "recall")
+                    // The built-in memory recalls the same text: one memory, both sources.
+                    .filter(|m| m["sources"].as_array().unwrap().contains(&json!("recall")))
                     .map(|m| m["content"].as_str().unwrap().to_owned())
                     .collect();
                 if got.is_empty() {

@@ -735,3 +735,143 @@ fn a_plugin_that_keeps_failing_is_dead_lettered_after_the_retry_policy_and_other
     }
     assert!(stderr.contains("dead letter"), "{stderr}");
 }
+
+#[test]
+fn the_same_memory_from_the_built_in_store_and_two_plugins_is_one_fragment_naming_all_three() {
+    let w = World::new();
+    for name in ["alpha", "beta"] {
+        // Both plugins recall what the user said, as the built-in memory does.
+        w.bash(
+            name,
+            &["ingest", "after_turn"],
+            &format!(
+                r#"read -r request
+case "$request" in
+  *'"type":"after_turn"'*) echo '{{"type":"ok"}}' ;;
+  *) echo '{{"memories":[{{"content":"  My garden has   basil "}},{{"content":"{name} alone"}}]}}' ;;
+esac
+"#
+            ),
+        );
+    }
+    w.config("[context_engine]\nplugin_stack = [\"alpha\", \"beta\"]\n");
+    let mut s = w.sidecar();
+    s.ok(&after_turn(1, AGENT, &[user("My garden has basil"), assistant("Nice!")]));
+    let ok = s.ok(&ingest(2, AGENT, "what grows in my garden?"));
+    let list = ok["recalled_memories"].as_array().unwrap();
+    list.iter().for_each(|f| check_fragment(f, AGENT));
+    assert_eq!(
+        memories(&ok),
+        [
+            ("default".into(), "My garden has basil".into()),
+            ("alpha".into(), "alpha alone".into()),
+            ("beta".into(), "beta alone".into()),
+        ],
+        "one fragment for the garden, the first recaller's text: {ok}"
+    );
+    assert_eq!(list[0]["metadata"]["sources"], json!(["default", "alpha", "beta"]));
+    assert_eq!(list[1]["metadata"]["sources"], json!(["alpha"]));
+    assert_eq!((list[0]["source"].as_str(), list[0]["scope"].as_str()), (Some("conversation"), Some("episodic")));
+    let (status, _, stderr) = s.finish();
+    assert!(status.success(), "{status}; stderr:\n{stderr}");
+}
+
+/// A history whose oldest turns no longer fit a small window.
+fn long_history(greeting: Value) -> Vec<Value> {
+    let mut long = vec![greeting];
+    for i in 0..12 {
+        long.push(user(&format!("question {i}: {}", "tell me more about herbs ".repeat(8))));
+        long.push(assistant(&format!("answer {i}: {}", "herbs are plants used for flavour ".repeat(8))));
+    }
+    long.push(user("last question: which herb goes with tomatoes?"));
+    long
+}
+
+#[test]
+fn a_normal_trim_logs_no_warning_and_is_auto_compaction() {
+    let w = World::new();
+    let mut s = w.sidecar();
+    // Opening with the assistant's greeting: the trimmed window would start
+    // with an answer, so leading messages are dropped too — every iteration.
+    let long = long_history(assistant("Welcome! How can I help?"));
+    for id in 1..=3 {
+        let ok = s.ok(&assemble(id, &long, 400, &[]));
+        let removed = ok["recovery"]["AutoCompaction"]["removed"].as_u64().unwrap_or_else(|| panic!("{ok}"));
+        assert_eq!(removed as usize, long.len() - ok["messages"].as_array().unwrap().len());
+    }
+    let (status, _, stderr) = s.finish();
+    assert!(status.success(), "{status}; stderr:\n{stderr}");
+    assert!(!stderr.contains("WARN"), "a normal trim is not a warning:\n{stderr}");
+
+    // With -vv the same trim is there, at debug.
+    let mut s = Sidecar::start(&w.home(), &w.user_home(), &["-vv"]);
+    s.ok(&assemble(1, &long, 400, &[]));
+    let (_, _, stderr) = s.finish();
+    assert!(
+        stderr.contains("DEBUG") && stderr.contains("leading messages so the window starts with a user message"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn each_recovery_kind_is_reported_for_what_happened() {
+    let w = World::new();
+    // A plugin whose assemble keeps everything but cuts a long tool result.
+    w.bash(
+        "cutter",
+        &["assemble"],
+        r#"read -r request
+case "$request" in
+  *'"cut me"'*) echo '{"messages":[{"role":"user","content":"look it up"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_9","name":"search","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_9","content":"a lot…","is_error":false}]},{"role":"user","content":"cut me"}]}' ;;
+  *) echo '{}' ;;
+esac
+"#,
+    );
+    w.config("[context_engine]\nplugin = \"cutter\"\n");
+    let mut s = w.sidecar();
+
+    // None: everything fits, nothing changed.
+    let ok = s.ok(&assemble(1, &[user("hi"), assistant("hello"), user("how are you?")], 200_000, &[]));
+    assert_eq!(ok["recovery"], "None", "{ok}");
+
+    // AutoCompaction: the oldest messages dropped to fit.
+    let long = long_history(user("first"));
+    let ok = s.ok(&assemble(2, &long, 400, &[]));
+    let kept = ok["messages"].as_array().unwrap().len();
+    assert_eq!(ok["recovery"], json!({"AutoCompaction": {"removed": long.len() - kept}}), "{}", ok["recovery"]);
+
+    // OverflowCompaction: what is left does not start with the user (a
+    // pinned assistant message leads), so a note saying how many messages
+    // were removed goes first.
+    let mut pinned = assistant("House rules: answer in one sentence.");
+    pinned["pinned"] = json!(true);
+    let long = long_history(pinned);
+    let ok = s.ok(&assemble(3, &long, 400, &[]));
+    let messages = ok["messages"].as_array().unwrap();
+    let removed =
+        ok["recovery"]["OverflowCompaction"]["removed"].as_u64().unwrap_or_else(|| panic!("{}", ok["recovery"]));
+    assert_eq!(removed as usize, long.len() - (messages.len() - 1), "the note is not one of the given messages");
+    assert!(
+        messages[0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("[System: {removed} earlier messages were removed"))
+    );
+    assert_eq!(messages[1]["content"], "House rules: answer in one sentence.");
+
+    // ToolResultTruncation: a plugin's assemble shortened a tool result.
+    let call = json!({"content": [{"id": "toolu_9", "input": {}, "name": "search", "type": "tool_use"}], "pinned": false, "role": "assistant"});
+    let result = json!({"content": [{"content": "a lot of text from the tool", "is_error": false, "tool_use_id": "toolu_9", "type": "tool_result"}], "pinned": false, "role": "user"});
+    let ok = s.ok(&assemble(4, &[user("look it up"), call, result, user("cut me")], 200_000, &[]));
+    assert_eq!(ok["recovery"], json!({"ToolResultTruncation": {"truncated": 1}}), "{ok}");
+    assert_eq!(ok["messages"][2]["content"][0]["content"], "a lot…");
+
+    // FinalError: the newest user message alone is over the window.
+    let ok = s.ok(&assemble(5, &[user(&"far too long for the window ".repeat(40))], 50, &[]));
+    assert_eq!(ok["recovery"], "FinalError", "{ok}");
+
+    let (status, _, stderr) = s.finish();
+    assert!(status.success(), "{status}; stderr:\n{stderr}");
+    assert!(stderr.contains("told LibreFang `FinalError`"), "only the final error is a warning:\n{stderr}");
+    assert_eq!(stderr.matches("WARN").count(), 1, "{stderr}");
+}

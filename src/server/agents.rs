@@ -5,7 +5,7 @@
 //!
 //! | hook | reply |
 //! |---|---|
-//! | ingest | `{"memories":[{"content","source"}]}` |
+//! | ingest | `{"memories":[{"content","source","sources"}]}` (one per content: `sources` names every recaller, `source` the first) |
 //! | assemble | `{"messages":[…]}` |
 //! | compact | `{"messages":[…],"summary"?}` |
 //! | transform_tool_result | `{"content":…}` |

@@ -485,7 +485,9 @@ mod tests {
         let out = reply(&given, vec![text("user", "q"), call.clone(), short.clone(), text("user", "q2")]);
         assert_eq!(out.recovery, Recovery::ToolResultTruncation { truncated: 1 });
         // Also when messages were dropped besides: the further stage is named.
-        let out = reply(&given, vec![call, short, text("user", "q2")]);
+        let mut longer = vec![text("user", "q0"), text("assistant", "a0")];
+        longer.extend(given.iter().cloned());
+        let out = reply(&longer, vec![text("user", "q"), call, short, text("user", "q2")]);
         assert_eq!(out.recovery, Recovery::ToolResultTruncation { truncated: 1 });
         // A result of the same length is not truncated.
         let out = reply(&given, given.clone());
@@ -497,10 +499,10 @@ mod tests {
         let given = vec![text("user", "a question far too long for the window")];
         let out = assemble_reply(&given, given.clone(), |_| 101, 100);
         assert_eq!(out.recovery, Recovery::FinalError);
+        assert_eq!(out.value["recovery"], "FinalError");
         assert_eq!(out.tokens, 101);
         let out = assemble_reply(&given, given.clone(), |_| 100, 100);
         assert_eq!(out.recovery, Recovery::None, "exactly the budget fits");
-        assert_eq!(out.value["recovery"], "FinalError");
     }
 
     #[test]
