@@ -224,10 +224,9 @@ impl Default for SandboxConfig {
 impl SandboxConfig {
     fn check(&self) -> Result<(), String> {
         match &self.hook_home {
-            Some(p) if !(p.is_absolute() || p.starts_with("~")) => Err(format!(
-                "`sandbox.hook_home = \"{}\"` must be an absolute path or start with `~`",
-                p.display()
-            )),
+            Some(p) if !(p.is_absolute() || p.starts_with("~")) => {
+                Err(format!("`sandbox.hook_home = \"{}\"` must be an absolute path or start with `~`", p.display()))
+            }
             _ => Ok(()),
         }
     }

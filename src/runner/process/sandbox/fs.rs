@@ -204,9 +204,8 @@ impl FsPolicy {
         let hook_home = i.hook_home.map(canonical_or);
         // No root may open a whole home: the user's, or the hooks' (every
         // plugin's LibreFang store).
-        let too_wide = |p: &Path| {
-            p == Path::new("/") || [&home, &hook_home].into_iter().flatten().any(|h| h.starts_with(p))
-        };
+        let too_wide =
+            |p: &Path| p == Path::new("/") || [&home, &hook_home].into_iter().flatten().any(|h| h.starts_with(p));
         let mut warnings = Vec::new();
         let mut policy = FsPolicy { plugin: i.plugin.to_owned(), hook_id: i.hook_id, ..FsPolicy::default() };
         let plugin_dir = canonical_or(i.plugin_dir);
@@ -372,11 +371,8 @@ impl FsPolicy {
         // made in the data dir would read around every rule.
         let write = all & !(AccessFs::MakeBlock | AccessFs::MakeChar);
         let mut ruleset = Ruleset::default().handle_access(all)?.scope(Scope::from_all(TARGET_ABI))?.create()?;
-        let rules = self
-            .read
-            .iter()
-            .map(|r| (r, read))
-            .chain(self.write.iter().chain(self.own_dirs()).map(|r| (r, write)));
+        let rules =
+            self.read.iter().map(|r| (r, read)).chain(self.write.iter().chain(self.own_dirs()).map(|r| (r, write)));
         for (root, access) in rules {
             if root.named && !root.unchanged() {
                 tracing::warn!(
@@ -486,7 +482,9 @@ mod tests {
         assert!(policy.own_dirs_made());
         let all: Vec<&Path> = policy.roots().map(|r| r.path.as_path()).collect();
         assert!(!all.iter().any(|p| canon(&home).starts_with(p) || canon(&hook_home).starts_with(p)), "{all:?}");
-        for dir in [root.path().join("ctx/data/p"), hook_home.join(".librefang/plugins/p"), hook_home.join(".librefang/logs")] {
+        for dir in
+            [root.path().join("ctx/data/p"), hook_home.join(".librefang/plugins/p"), hook_home.join(".librefang/logs")]
+        {
             assert!(dir.is_dir(), "{}", dir.display());
             assert!(own.contains(&canon(&dir)), "{own:?}");
             assert!(all.contains(&canon(&dir).as_path()));

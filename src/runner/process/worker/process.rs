@@ -41,9 +41,9 @@ use crate::protocol::HookName;
 use crate::runner::HookError;
 use crate::runner::process::launcher::CommandLine;
 use crate::runner::process::oneshot::{ExitWatch, GroupKill, StderrLog, drain};
-use crate::runner::process::{Removal, remove_tree, remove_tree_soon};
 use crate::runner::process::sandbox::{Cleanup, Confinement};
 use crate::runner::process::spawn::{SpawnSpec, Spawned, spawn};
+use crate::runner::process::{Removal, remove_tree, remove_tree_soon};
 
 /// The longest reply line (spec section 7).
 pub const MAX_REPLY: usize = 4 * 1024 * 1024;
