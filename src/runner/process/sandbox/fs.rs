@@ -202,10 +202,15 @@ impl FsPolicy {
         let canonical_or = |h: &Path| std::fs::canonicalize(h).unwrap_or_else(|_| h.to_owned());
         let home = i.user_home.map(canonical_or);
         let hook_home = i.hook_home.map(canonical_or);
-        // No root may open a whole home: the user's, or the hooks' (every
-        // plugin's LibreFang store).
-        let too_wide =
-            |p: &Path| p == Path::new("/") || [&home, &hook_home].into_iter().flatten().any(|h| h.starts_with(p));
+        // No root may open the user's whole home; no granted root the hooks'
+        // whole home (every plugin's LibreFang store). The manual hooks of
+        // the config file have its directory — often ctxhost's home — as
+        // their own: the operator's.
+        let too_wide = |p: &Path, named: bool| {
+            p == Path::new("/")
+                || home.as_ref().is_some_and(|h| h.starts_with(p))
+                || (named && hook_home.as_ref().is_some_and(|h| h.starts_with(p)))
+        };
         let mut warnings = Vec::new();
         let mut policy = FsPolicy { plugin: i.plugin.to_owned(), hook_id: i.hook_id, ..FsPolicy::default() };
         let plugin_dir = canonical_or(i.plugin_dir);
@@ -222,7 +227,7 @@ impl FsPolicy {
             // The parent is ctxhost's (shared by every plugin): made now.
             let pinned = std::fs::create_dir_all(parent).and_then(|()| {
                 let canonical = std::fs::canonicalize(parent)?;
-                if too_wide(&canonical.join(name)) {
+                if too_wide(&canonical.join(name), true) {
                     return Err(io::Error::other("it would open a home directory whole"));
                 }
                 Root::pin(&canonical, false)
@@ -262,7 +267,7 @@ impl FsPolicy {
                     }
                     continue;
                 };
-                if too_wide(&canonical) {
+                if too_wide(&canonical, named) {
                     warnings.push(format!(
                         "plugin '{}': the {what} path `{}` is not allowed: it is the home directory or one of \
                          its parents, which would open all of it (~/.ssh, ~/.aws, …). Name a directory inside it",
