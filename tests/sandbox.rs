@@ -506,10 +506,15 @@ fn the_whole_sandbox_suite_passes_as_an_unprivileged_user() {
 /// could rewrite.
 #[test]
 fn a_manifests_env_cannot_widen_what_is_readable() {
-    let body = "if cat \"$HOME/.ssh/id_rsa\" >/dev/null 2>&1; then echo read-ssh; else echo denied-ssh; fi";
+    // The user's home by its path (the hooks' HOME is another directory).
+    let body = "if cat \"$USER_HOME/.ssh/id_rsa\" >/dev/null 2>&1; then echo read-ssh; else echo denied-ssh; fi";
     let p =
         bash_probe(body, "[env]\nPYTHONPATH = \"${SECRETS}\"\nNODE_PATH = \"${SECRETS}\"\nRUBYLIB = \"${SECRETS}\"");
     let home = user_home(p.root.path());
+    let manifest = std::fs::read_to_string(p.dir.join("plugin.toml"))
+        .unwrap()
+        .replace("[hooks]", &format!("USER_HOME = \"{}\"\n[hooks]", home.display()));
+    write(&p.dir.join("plugin.toml"), &manifest);
     let a = p
         .cmd()
         .env("HOME", &home)
