@@ -138,8 +138,9 @@ impl HookName {
     }
 
     /// The fields of the request the host sends for this hook, besides
-    /// `type`, in the order it writes them. A plugin that reads another name
-    /// (`tool_name` for `tool_call_pre`) reads nothing. Context hooks send
+    /// `type` (key order on the wire is not part of the contract). A plugin
+    /// that reads another name (`tool_name` for `tool_call_pre`) reads
+    /// nothing. Context hooks send
     /// their [`crate::protocol::HookRequest`] structs; agent-loop hooks the
     /// fields the agent engine builds (`agent::engine`). Requests given by
     /// hand (`ctxhost hook`, test-hook, `/api/agent-hooks/{hook}`) may carry
