@@ -307,10 +307,7 @@ impl HostConfig {
             if STRICT_TABLES.contains(section) {
                 if let Some(key) = t.keys().find(|k| !known.contains(&k.as_str())) {
                     let hint = crate::hint::did_you_mean(key, known.iter().copied());
-                    return Err(fail(format!(
-                        "unknown key `{section}.{key}`{hint} (known: {})",
-                        known.join(", ")
-                    )));
+                    return Err(fail(format!("unknown key `{section}.{key}`{hint} (known: {})", known.join(", "))));
                 }
             } else {
                 drop_unknown(t, known, &format!("{section}."), file, &mut warnings);
@@ -346,11 +343,8 @@ mod tests {
     fn every_listed_key_is_a_field_and_every_field_is_listed() {
         for (section, keys) in KEYS {
             for key in *keys {
-                let text = if section.is_empty() {
-                    format!("{key} = -1\n")
-                } else {
-                    format!("[{section}]\n{key} = -1\n")
-                };
+                let text =
+                    if section.is_empty() { format!("{key} = -1\n") } else { format!("[{section}]\n{key} = -1\n") };
                 let parsed = toml::from_str::<HostConfig>(&text);
                 assert!(parsed.is_err(), "`{section}.{key}` is listed but HostConfig does not read it");
             }

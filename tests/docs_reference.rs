@@ -115,7 +115,10 @@ fn json_blocks(text: &str, what: &str) -> Vec<Value> {
         match (&mut block, line.trim()) {
             (None, "```json") => block = Some(String::new()),
             (Some(b), "```") => {
-                out.push(serde_json::from_str(b).unwrap_or_else(|e| panic!("{what}: a JSON example does not parse: {e}\n{b}")));
+                out.push(
+                    serde_json::from_str(b)
+                        .unwrap_or_else(|e| panic!("{what}: a JSON example does not parse: {e}\n{b}")),
+                );
                 block = None;
             }
             (Some(b), _) => {
@@ -254,8 +257,11 @@ fn each_hooks_example_pair_parses_with_the_hosts_own_types() {
 /// A plugin taking every agent-loop hook that records the fields of each
 /// request it gets.
 struct Recorder {
-    seen: Arc<Mutex<Vec<(HookName, Vec<String>)>>>,
+    seen: Arc<Mutex<Vec<Received>>>,
 }
+
+/// A hook and the fields of its request, as a plugin received them.
+type Received = (HookName, Vec<String>);
 
 impl ctxhost::runner::Runner for Recorder {
     fn call<'a>(
@@ -392,7 +398,10 @@ fn every_manifest_key_is_documented_and_every_documented_key_exists() {
     }
     let faust: BTreeSet<String> = ctxhost::faust::manifest::KNOWN.iter().map(|k| format!("plugin.json {k}")).collect();
     for key in &documented {
-        assert!(known.contains(key) || faust.contains(key), "manifest.md documents `{key}`, which plugin.toml does not have");
+        assert!(
+            known.contains(key) || faust.contains(key),
+            "manifest.md documents `{key}`, which plugin.toml does not have"
+        );
     }
     for key in &faust {
         assert!(documented.contains(key), "manifest.md has no `| `{key}` |` row");
@@ -452,7 +461,9 @@ fn registered_routes() -> BTreeSet<(String, String)> {
 fn every_route_is_documented_and_every_documented_route_exists() {
     let documented: BTreeSet<(String, String)> = sections(&reference("routes.md"))
         .iter()
-        .flat_map(|(_, body)| body.lines().filter_map(|l| l.strip_prefix("### ")).map(str::to_owned).collect::<Vec<_>>())
+        .flat_map(|(_, body)| {
+            body.lines().filter_map(|l| l.strip_prefix("### ")).map(str::to_owned).collect::<Vec<_>>()
+        })
         .filter_map(|h| {
             let (method, path) = code(&h)?.split_once(' ')?;
             Some((method.to_owned(), path.to_owned()))

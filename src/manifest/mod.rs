@@ -28,9 +28,9 @@ use sha2::{Digest, Sha256};
 pub use agent::{AGENT_KEYS, AgentDecl, Frontend, ScheduleSpec, ToolSpec};
 pub use config::{CONFIG_FIELDS, ConfigField, ConfigType, resolve as resolve_config};
 pub use error::{HookPathError, ManifestError, ManifestErrorKind};
+pub use reader::LIBREFANG_ONLY;
 pub use runtime::Runtime;
 pub use sandbox::{DIR_FIELDS, DirGrant, DirMode, SANDBOX_KEYS, Sandbox};
-pub use reader::LIBREFANG_ONLY;
 pub use settings::{CIRCUIT_BREAKER_FIELDS, CircuitBreaker, ExecSettings, FailurePolicy, SETTING_KEYS, WorkerProtocol};
 
 use crate::protocol::HookName;

@@ -153,17 +153,9 @@ impl HookName {
             HookName::Assemble => &["agent_id", "system_prompt", "messages", "context_window_tokens"],
             HookName::Compact => &["agent_id", "messages", "model", "context_window_tokens", "token_pressure"],
             HookName::AfterTurn => &["agent_id", "messages"],
-            HookName::TransformToolResult => &[
-                "agent_id",
-                "tool_name",
-                "tool_use_id",
-                "args",
-                "input",
-                "result",
-                "content",
-                "is_error",
-                "status",
-            ],
+            HookName::TransformToolResult => {
+                &["agent_id", "tool_name", "tool_use_id", "args", "input", "result", "content", "is_error", "status"]
+            }
             HookName::PrepareSubagent | HookName::MergeSubagent => &["parent_id", "child_id"],
             HookName::OnEvent => &["event"],
             HookName::MessageReceived => &["agent_id", "text", "origin", "history"],
