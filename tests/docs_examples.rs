@@ -86,6 +86,11 @@ fn shell_blocks(file: &str, text: &str) -> (Vec<Block>, Vec<String>) {
         }
         let indent = lines[i].len() - trimmed.len();
         let info = trimmed[fence_len..].trim();
+        // CommonMark: a backtick fence's info string holds no backtick (else it is inline code).
+        if fence_char == '`' && info.contains('`') {
+            i += 1;
+            continue;
+        }
         let start = i;
         let mut body = Vec::new();
         i += 1;
@@ -137,10 +142,7 @@ fn shell_blocks(file: &str, text: &str) -> (Vec<Block>, Vec<String>) {
                 continue;
             }
             (true, Some(Ok(_))) => {
-                problems.push(format!(
-                    "{file}:{}: a block is either runnable or tested-by, not both",
-                    start + 1
-                ));
+                problems.push(format!("{file}:{}: a block is either runnable or tested-by, not both", start + 1));
                 continue;
             }
             (false, None) => {
@@ -471,6 +473,8 @@ x = 1
 ```sh runnable sometimes
 true
 ```
+
+```` ```sh ```` at the start of a line is inline code, not a fence.
 ";
     let (blocks, problems) = shell_blocks("t.md", text);
     assert_eq!(problems.len(), 3, "{problems:#?}");
