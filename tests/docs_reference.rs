@@ -492,3 +492,88 @@ fn the_sandbox_reference_names_every_key_that_changes_the_sandbox() {
         assert!(text.contains(&format!("`{key}`")), "sandbox.md does not name `{key}`");
     }
 }
+
+/// One curl example of routes.md: method, path and query, body, whether it
+/// sends the token.
+struct Curl {
+    method: String,
+    target: String,
+    body: Option<String>,
+    token: bool,
+}
+
+fn parse_curl(block: &str) -> Curl {
+    let line = block.trim();
+    assert!(line.starts_with("curl "), "not a curl line: {line}");
+    let quoted = |flag: &str| {
+        let rest = line.split_once(&format!("{flag} '"))?.1;
+        Some(rest.split_once('\'')?.0.to_owned())
+    };
+    let body = quoted("-d");
+    let method = match line.split_once("-X ") {
+        Some((_, rest)) => rest.split_whitespace().next().unwrap().to_owned(),
+        None if body.is_some() => "POST".to_owned(),
+        None => "GET".to_owned(),
+    };
+    let url = line.split_whitespace().find(|w| w.trim_matches('\'').starts_with("localhost:4545")).unwrap();
+    let target = url.trim_matches('\'').trim_start_matches("localhost:4545").to_owned();
+    Curl { method, target, body, token: line.contains("Authorization: Bearer $T") }
+}
+
+/// Whether `path` is an instance of the route `pattern` (`{x}` one segment,
+/// `{*x}` the rest).
+fn matches_route(pattern: &str, path: &str) -> bool {
+    let (p, s): (Vec<&str>, Vec<&str>) = (pattern.split('/').collect(), path.split('/').collect());
+    for (i, seg) in p.iter().enumerate() {
+        if seg.starts_with("{*") {
+            return s.len() > i;
+        }
+        match s.get(i) {
+            Some(x) if seg.starts_with('{') || seg == x => {}
+            _ => return false,
+        }
+    }
+    p.len() == s.len()
+}
+
+/// Every curl example of routes.md, sent to the daemon's own router in
+/// document order: it uses the method and path of its section, reaches that
+/// route (never the unknown-route fallback or a 405), and the section's
+/// *Guarded* claim holds — without the token a guarded route answers 401,
+/// an open one does not.
+#[test]
+fn every_curl_example_of_routes_md_reaches_its_route_and_its_guard_is_as_documented() {
+    use crate::util::http::Client;
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join("plugins")).unwrap();
+    let routes = crate::util::routes::InProcess::with_token(home.path(), Some("T"));
+    let mut checked = 0;
+    for (_, body) in sections(&reference("routes.md")) {
+        for part in body.split("\n### ").skip(1) {
+            let (heading, rest) = part.split_once('\n').unwrap();
+            let Some((method, pattern)) = code(heading).and_then(|h| h.split_once(' ')) else { continue };
+            let block = rest.split("```sh\n").nth(1).and_then(|b| b.split("```").next());
+            let block = block.unwrap_or_else(|| panic!("routes.md `{method} {pattern}`: no curl example"));
+            let curl = parse_curl(block);
+            let what = format!("routes.md `{method} {pattern}`");
+            assert_eq!(curl.method, method, "{what}: the example's method");
+            let path = curl.target.split('?').next().unwrap();
+            assert!(matches_route(pattern, path), "{what}: the example's path {path}");
+            let guarded = rest.contains("*Guarded*");
+            assert_eq!(curl.token, guarded, "{what}: the example sends the token exactly when the route is guarded");
+            let bare = routes.request(method, &curl.target, curl.body.as_deref(), &[]);
+            if guarded {
+                assert_eq!(bare.status, 401, "{what}: guarded, yet answers {} without the token", bare.status);
+            } else {
+                assert_ne!(bare.status, 401, "{what}: documented as open, yet asks for the token");
+            }
+            let headers: &[(&str, &str)] = if curl.token { &[("Authorization", "Bearer T")] } else { &[] };
+            let reply = routes.request(method, &curl.target, curl.body.as_deref(), headers);
+            assert!(!reply.body.contains("no route for"), "{what}: the example hits no route: {}", reply.body);
+            assert_ne!(reply.status, 405, "{what}: the route has no {method}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, registered_routes().len(), "one example per route");
+    routes.stop();
+}
