@@ -692,3 +692,42 @@ fn home_keeps_everything_ctxhost_makes_inside_it() {
         .collect();
     assert!(traces.is_empty(), "{traces:?}");
 }
+
+/// State an older ctxhost (or LibreFang) left in the user's own
+/// `~/.librefang/plugins/<name>/` is named once when the plugin's new store
+/// is made; `[sandbox] hook_home = "~"` shares it instead (the hooks then
+/// write there, and only there, in the user's home).
+#[test]
+fn state_in_the_users_own_home_is_named_or_shared_on_request() {
+    let p = bash_probe(
+        "cat \"$HOME/.librefang/plugins/t/state\" 2>/dev/null || echo none\n\
+         echo new >> \"$HOME/.librefang/plugins/t/state\"",
+        "",
+    );
+    let home = user_home(p.root.path());
+    write(&home.join(".librefang/plugins/t/state"), "old\n");
+    let run = || {
+        p.cmd()
+            .env("HOME", &home)
+            .args(["hook", p.dir.to_str().unwrap(), "ingest"])
+            .write_stdin("{}")
+            .assert()
+            .success()
+    };
+
+    let a = run();
+    assert_eq!(contents(&reply(&a)), ["none"], "the hooks' HOME is not the user's");
+    let warned = stderr(&a);
+    assert!(warned.contains("holds state from before") && warned.contains("hook_home = \"~\""), "{warned}");
+    assert!(warned.contains(&home.join(".librefang/plugins/t").display().to_string()), "{warned}");
+    let a = run();
+    assert_eq!(contents(&reply(&a)), ["new"]);
+    assert!(!stderr(&a).contains("holds state from before"), "named once, when the new store is made");
+    assert_eq!(std::fs::read_to_string(home.join(".librefang/plugins/t/state")).unwrap(), "old\n");
+
+    write(&p.home.join("config.toml"), "[sandbox]\nhook_home = \"~\"\n");
+    let a = run();
+    assert_eq!(contents(&reply(&a)), ["old"], "shared on request");
+    assert_eq!(std::fs::read_to_string(home.join(".librefang/plugins/t/state")).unwrap(), "old\nnew\n");
+    assert_eq!(entries(&home.join(".librefang")), ["logs", "plugins"]);
+}

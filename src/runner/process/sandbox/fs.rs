@@ -118,10 +118,12 @@ impl Root {
     /// one is kept) and pins it: `mkdirat` and `openat(O_NOFOLLOW)` on the
     /// parent's fd, so nothing swapped in along the path since load is
     /// followed, and a symlink in its place is refused.
-    fn make_beneath(parent: &Root, name: &std::ffi::OsStr, mode: libc::mode_t) -> io::Result<Root> {
+    /// Also says whether it was made now.
+    fn make_beneath(parent: &Root, name: &std::ffi::OsStr, mode: libc::mode_t) -> io::Result<(Root, bool)> {
         let c_name = CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         // SAFETY: mkdirat relative to a live fd with a NUL-terminated name.
-        if unsafe { libc::mkdirat(parent.fd().as_raw_fd(), c_name.as_ptr(), mode) } != 0 {
+        let made = unsafe { libc::mkdirat(parent.fd().as_raw_fd(), c_name.as_ptr(), mode) } == 0;
+        if !made {
             let e = io::Error::last_os_error();
             if e.raw_os_error() != Some(libc::EEXIST) {
                 return Err(e);
@@ -149,7 +151,9 @@ impl Root {
         if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
             return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
         }
-        Ok(Root { path: parent.path.join(name), fd: Arc::new(fd), named: false, dev: st.st_dev, ino: st.st_ino })
+        let root =
+            Root { path: parent.path.join(name), fd: Arc::new(fd), named: false, dev: st.st_dev, ino: st.st_ino };
+        Ok((root, made))
     }
 
     /// The pinned fd.
@@ -190,6 +194,10 @@ struct Lazy {
     /// Shared by every plugin (LibreFang's logs dir): sticky and writable by
     /// every hook uid as root, like /tmp; else the plugin's own (given to its uid).
     shared: bool,
+    /// Where this dir lived for hooks that had the user's own `HOME` (an
+    /// older ctxhost, LibreFang): named in a warning when it holds state and
+    /// the new dir is made empty.
+    earlier: Option<PathBuf>,
 }
 
 impl FsPolicy {
@@ -216,13 +224,17 @@ impl FsPolicy {
         let plugin_dir = canonical_or(i.plugin_dir);
         let resolve = |p: &Path| if p.is_relative() { plugin_dir.join(p) } else { p.to_owned() };
 
-        let mut lazy: Vec<(PathBuf, bool)> = vec![(i.data_dir.to_owned(), false)];
-        if let Some(hook_home) = i.hook_home {
-            let librefang = hook_home.join(".librefang");
-            lazy.push((librefang.join("plugins").join(i.plugin), false));
-            lazy.push((librefang.join("logs"), true));
+        let mut lazy: Vec<(PathBuf, bool, Option<PathBuf>)> = vec![(i.data_dir.to_owned(), false, None)];
+        if let Some(given) = i.hook_home {
+            let librefang = given.join(".librefang");
+            let earlier = home
+                .as_ref()
+                .filter(|h| Some(*h) != hook_home.as_ref())
+                .map(|h| h.join(".librefang/plugins").join(i.plugin));
+            lazy.push((librefang.join("plugins").join(i.plugin), false, earlier));
+            lazy.push((librefang.join("logs"), true, None));
         }
-        for (dir, shared) in lazy {
+        for (dir, shared, earlier) in lazy {
             let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else { continue };
             // The parent is ctxhost's (shared by every plugin): made now.
             let pinned = std::fs::create_dir_all(parent).and_then(|()| {
@@ -233,7 +245,7 @@ impl FsPolicy {
                 Root::pin(&canonical, false)
             });
             match pinned {
-                Ok(parent) => policy.lazy.push(Lazy { parent, name: name.to_owned(), shared }),
+                Ok(parent) => policy.lazy.push(Lazy { parent, name: name.to_owned(), shared, earlier }),
                 Err(e) => warnings.push(format!(
                     "plugin '{}': the writable dir `{}` is left out: {e}",
                     i.plugin,
@@ -319,7 +331,17 @@ impl FsPolicy {
             for lazy in &self.lazy {
                 let mode = if lazy.shared && self.hook_id.is_some() { 0o1777 } else { 0o755 };
                 match Root::make_beneath(&lazy.parent, &lazy.name, mode) {
-                    Ok(root) => {
+                    Ok((root, made_now)) => {
+                        if let Some(earlier) = lazy.earlier.as_ref().filter(|e| made_now && e.is_dir()) {
+                            tracing::warn!(
+                                "plugin '{}': its hooks now keep LibreFang state in `{}` (their HOME is inside \
+                                 ctxhost's home), but `{}` holds state from before: move it there, or set \
+                                 `[sandbox] hook_home = \"~\"` in config.toml to share your home's",
+                                self.plugin,
+                                root.path.display(),
+                                earlier.display()
+                            );
+                        }
                         if lazy.shared && self.hook_id.is_some() {
                             // mkdirat's mode passed through the umask.
                             let _ = std::fs::set_permissions(
