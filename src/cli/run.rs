@@ -169,6 +169,8 @@ struct Header {
 
 fn drive(home: &Home, config: &HostConfig, turns: &[Turn], output: &OutputArgs, header: &Header) -> CliResult {
     let cx = LoadContext { home, config, host_env: &LoadContext::process_env };
+    // What an interrupted run or daemon left in the temp dir goes first.
+    crate::runner::process::tmp::remove_stale_in_temp_dir();
     // Every plugin loaded once; the stack and the agent loop share the loads.
     let catalog = Catalog::load(&cx, &Options::start(config));
     show_warnings(&catalog.warnings());
