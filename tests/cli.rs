@@ -174,7 +174,7 @@ fn block_types(m: &Value) -> Vec<String> {
 }
 
 #[test]
-fn demo_json_shows_trim_compaction_the_whole_prompt_the_tool_order_and_merged_memories() {
+fn demo_runs_the_bundled_stack_and_reports_json() {
     crate::util::require_program("python3", "python3");
     let a = ctxhost().args(["demo", "--json"]).assert().success();
     let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
@@ -285,16 +285,17 @@ fn demo_text_reads_in_the_order_things_happen_and_fits_a_screenful_or_two() {
     // Turn 3: the question, the assistant's tool call, the result before and
     // after transform_tool_result, the trimmed second call, the answer.
     let order = [
-        "  user       What is the weather forecast for Lyon tomorrow?",
-        "  assistant  Let me check the forecast. [tool_use weather",
-        "  tool       weather {\"city\":\"Lyon\",\"day\":\"tomorrow\"} returned 598 characters in 10 lines:",
-        "after transform_tool_result",
+        "  user:        What is the weather forecast for Lyon tomorrow?",
+        "  assistant:   Let me check the forecast. [tool_use weather",
+        "  tool:        weather {\"city\":\"Lyon\",\"day\":\"tomorrow\"} returned 598 characters in 10 lines:",
+        "  tool result: Lyon tomorrow: sunny, 13 to 24C",
         "[shortened by shorten-results: kept",
+        "(after transform_tool_result: ",
         "  model call 2:",
         "    trimmed: the history takes",
-        "  assistant  Tomorrow in Lyon",
+        "  assistant:   Tomorrow in Lyon",
         "Turn 4",
-        "  compacted  the history reached",
+        "  compacted:   the history reached",
         "[Context compaction summary]",
     ];
     let places: Vec<usize> = order.iter().map(|s| at(s)).collect();
@@ -403,7 +404,7 @@ fn run_is_repeatable_on_a_throw_away_memory_and_remembers_with_memory() {
     let text = p.cmd().args(["--plugins-dir", &plugins, "run", "--transcript"]).arg(&transcript).assert().success();
     let out = String::from_utf8_lossy(&text.get_output().stdout).into_owned();
     assert!(out.contains(&format!("\nmemory: {db_arg} ([memory] path of the config)\n")), "{out}");
-    assert!(out.contains("\"my cat is called Tom\" from default"), "recalled from the kept memory: {out}");
+    assert!(out.contains("memories:    \"my cat is called Tom\" from default"), "recalled from the kept memory: {out}");
 }
 
 #[test]

@@ -258,8 +258,8 @@ fn write_json(out: &mut impl Write, r: &TurnReport) -> std::io::Result<()> {
 }
 
 /// Where the text of a labelled line starts.
-const COL: usize = 11;
-/// Where the text of a line under a label starts.
+const COL: usize = 13;
+/// Where the text of a line under a label starts (the same column).
 const INDENT: &str = "               ";
 
 /// One turn as it happened: the user's message, what was recalled, the
@@ -269,23 +269,23 @@ const INDENT: &str = "               ";
 /// printed whole, and again only when it changes.
 fn write_text(out: &mut impl Write, r: &TurnReport, shown_prompt: &mut Option<String>) -> std::io::Result<()> {
     writeln!(out, "Turn {} (agent {}, {:.1} ms)", r.turn, r.agent_id, r.elapsed_ms)?;
-    writeln!(out, "  {:<COL$}{}", "user", one_line(&r.user, 84))?;
+    writeln!(out, "  {:<COL$}{}", "user:", one_line(&r.user, 84))?;
     if let Some(b) = &r.dropped {
         writeln!(out, "  message dropped by plugin '{}': {}", b.plugin, b.reason)?;
         return writeln!(out);
     }
     if r.memories.is_empty() {
-        writeln!(out, "  {:<COL$}nothing", "recalled")?;
+        writeln!(out, "  {:<COL$}none", "memories:")?;
     }
     for (k, m) in r.memories.iter().enumerate() {
-        let label = if k == 0 { "recalled" } else { "" };
-        writeln!(out, "  {label:<COL$}\"{}\" from {}", one_line(&m.content, 42), m.sources.join(", "))?;
+        let label = if k == 0 { "memories:" } else { "" };
+        writeln!(out, "  {label:<COL$}\"{}\" from {}", one_line(&m.content, 40), m.sources.join(", "))?;
     }
     if let Some(c) = &r.compaction {
         writeln!(
             out,
             "  {:<COL$}the history reached {} tokens (80 % of the window is {}):",
-            "compacted", c.tokens_before, c.threshold
+            "compacted:", c.tokens_before, c.threshold
         )?;
         match &c.summary {
             Some(summary) => {
@@ -348,7 +348,7 @@ fn write_text(out: &mut impl Write, r: &TurnReport, shown_prompt: &mut Option<St
                 writeln!(out, "    {:<9} {}", m.role.as_str(), one_line(&describe(m), 80))?;
             }
         }
-        writeln!(out, "  {:<COL$}{}", "assistant", one_line(&describe(&call.reply), 84))?;
+        writeln!(out, "  {:<COL$}{}", "assistant:", one_line(&describe(&call.reply), 82))?;
         if !last {
             for t in tools.by_ref() {
                 write_tool(out, t)?;
@@ -358,32 +358,42 @@ fn write_text(out: &mut impl Write, r: &TurnReport, shown_prompt: &mut Option<St
     writeln!(out)
 }
 
-/// A tool's result as it came back and as the model sees it.
+/// A tool's result as it came back and, as `tool result:`, as the model sees
+/// it after transform_tool_result.
 fn write_tool(out: &mut impl Write, t: &crate::session::ToolReport) -> std::io::Result<()> {
     let error = if t.is_error { " (an error)" } else { "" };
-    let lines = t.result.lines().count();
-    writeln!(
-        out,
-        "  {:<COL$}{} {} returned {} in {}{error}:",
-        "tool",
-        t.name,
-        t.input,
-        plural(t.result.chars().count(), "character"),
-        plural(lines, "line")
-    )?;
-    let first = t.result.lines().next().unwrap_or("");
-    for line in wrap(first, 80) {
-        writeln!(out, "{INDENT}{line}")?;
+    let changed = t.shown != t.result;
+    if changed {
+        let lines = t.result.lines().count();
+        writeln!(
+            out,
+            "  {:<COL$}{} {} returned {} in {}{error}:",
+            "tool:",
+            t.name,
+            t.input,
+            plural(t.result.chars().count(), "character"),
+            plural(lines, "line")
+        )?;
+        for line in wrap(t.result.lines().next().unwrap_or(""), 80) {
+            writeln!(out, "{INDENT}{line}")?;
+        }
+        if lines > 1 {
+            writeln!(out, "{INDENT}… and {} more", plural(lines - 1, "line"))?;
+        }
+    } else {
+        writeln!(out, "  {:<COL$}{} {}{error} (result unchanged by transform_tool_result)", "tool:", t.name, t.input)?;
     }
-    if lines > 1 {
-        writeln!(out, "{INDENT}… and {} more", plural(lines - 1, "line"))?;
+    for (i, line) in t.shown.lines().flat_map(|l| wrap(l, 80)).enumerate() {
+        let label = if i == 0 { "tool result:" } else { "" };
+        writeln!(out, "  {label:<COL$}{line}")?;
     }
-    if t.shown == t.result {
-        return writeln!(out, "  {:<COL$}unchanged by transform_tool_result", "");
-    }
-    writeln!(out, "  {:<COL$}after transform_tool_result, {}:", "", plural(t.shown.chars().count(), "character"))?;
-    for line in t.shown.lines().flat_map(|l| wrap(l, 80)) {
-        writeln!(out, "{INDENT}{line}")?;
+    if changed {
+        writeln!(
+            out,
+            "{INDENT}(after transform_tool_result: {} of {} characters)",
+            t.shown.chars().count(),
+            t.result.chars().count()
+        )?;
     }
     Ok(())
 }
