@@ -237,3 +237,29 @@ fn run_metrics_show_real_latency_percentiles() {
     let p50 = ingest["p50_ms"].as_f64().unwrap();
     assert!(p50 >= 130.0 && !BOUNDS.contains(&p50), "{ingest}");
 }
+
+/// A newcomer's request for `tool_call_pre` with `tool_name` (the field is
+/// `name`): warned about on stderr with the nearest field, and still run with
+/// the request as given.
+#[test]
+fn hook_warns_about_unknown_request_fields_and_still_runs() {
+    let p = TestPlugin::bash("tool_call_pre", "cat > \"$0.request\"\necho '{\"action\":\"pass\"}'\n", "");
+    let a = p.hook("tool_call_pre", r#"{"tool_name":"shell_exec","args":{"command":"ls"},"agent_id":"a1"}"#).success();
+    assert_eq!(reply(&a), serde_json::json!({"action": "pass"}));
+    let err = stderr(&a);
+    assert!(
+        err.contains(
+            "a `tool_call_pre` request has no field `tool_name`; did you mean `name`? \
+             (its fields: agent_id, name, args); it is sent to the plugin as given"
+        ),
+        "{err}"
+    );
+    assert_eq!(err.matches("has no field").count(), 1, "known fields are not warned about: {err}");
+    let received: Value =
+        serde_json::from_str(&std::fs::read_to_string(p.dir.join("hooks/tool_call_pre.sh.request")).unwrap()).unwrap();
+    assert_eq!(received["tool_name"], "shell_exec", "the request reached the plugin as given");
+
+    // A request with only known fields: no warning.
+    let a = p.hook("tool_call_pre", r#"{"type":"tool_call_pre","name":"ls","args":{}}"#).success();
+    assert!(!stderr(&a).contains("has no field"), "{}", stderr(&a));
+}
