@@ -83,6 +83,8 @@ pub fn main() -> ExitCode {
         // encoder is built while the config and the plugins load.
         crate::engine::default::tokenizer::O200k::preload();
     }
+    // What later commands need to find this home again (`ctxhost new`'s next steps).
+    let given = new::Given { home: cli.home.clone(), config: cli.config.clone() };
     let home =
         Home::resolve(HomeOverrides { home: cli.home, plugins_dir: cli.plugins_dir, config: cli.config }, &|v| {
             std::env::var(v).ok()
@@ -94,7 +96,7 @@ pub fn main() -> ExitCode {
         Command::Demo(args) => run::demo(args),
         Command::Serve(args) => serve::exec(args, &home),
         Command::Sidecar(args) => sidecar::exec(args, &home),
-        Command::New(args) => new::exec(args, &home),
+        Command::New(args) => new::exec(args, &home, &given),
         Command::Plugin(args) => plugin::exec(args, &home),
     };
     match result {

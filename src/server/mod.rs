@@ -275,10 +275,13 @@ enum Guard {
     Token,
 }
 
+/// A route's handlers, one per method.
+type Handlers = fn() -> MethodRouter<Arc<AppState>>;
+
 /// Every route of the daemon: path, who may call it, and its handlers. The
 /// router is built from this list, and a path it does not have is answered
 /// with the nearest of these.
-const ROUTES: &[(&str, Guard, fn() -> MethodRouter<Arc<AppState>>)] = &[
+const ROUTES: &[(&str, Guard, Handlers)] = &[
     ("/api/plugins", Guard::Open, || get(plugins::list)),
     ("/api/context-engine/metrics", Guard::Open, || get(plugins::engine_metrics)),
     ("/api/tools", Guard::Open, || get(agent_loop::tools)),
