@@ -247,6 +247,29 @@ pub struct ConfigError {
     pub reason: String,
 }
 
+/// Every key of config.toml `load` knows, by table (`""` is the top level).
+/// An unknown key is warned about and ignored, except in the tables of
+/// [`STRICT_TABLES`], where it is an error. `docs/reference/config.md`
+/// documents exactly these (checked by `tests/docs_reference.rs`).
+pub const KEYS: &[(&str, &[&str])] = &[
+    ("", KNOWN_KEYS),
+    ("context_engine", ENGINE_KEYS),
+    ("memory", MEMORY_KEYS),
+    ("server", SERVER_KEYS),
+    ("sandbox", SANDBOX_KEYS),
+    ("plugins", PLUGINS_KEYS),
+    ("faustbot", FAUSTBOT_KEYS),
+];
+
+/// Tables whose unknown keys fail the load: a misspelt key there would
+/// silently weaken the sandbox or change what is installed or started.
+pub const STRICT_TABLES: &[&str] = &["sandbox", "plugins", "faustbot"];
+
+const MEMORY_KEYS: &[&str] = &["path"];
+const SANDBOX_KEYS: &[&str] = &["require", "max_processes"];
+const PLUGINS_KEYS: &[&str] = &["optional"];
+const FAUSTBOT_KEYS: &[&str] = &["install_deps_at_start"];
+
 const KNOWN_KEYS: &[&str] = &[
     "allowed_env_vars",
     "plugin_config",
@@ -275,12 +298,20 @@ impl HostConfig {
         };
         let mut table: toml::Table = toml::from_str(&text).map_err(|e| fail(e.to_string().trim_end().to_owned()))?;
         let mut warnings = Vec::new();
-        drop_unknown(&mut table, KNOWN_KEYS, "", file, &mut warnings);
-        if let Some(toml::Value::Table(engine)) = table.get_mut("context_engine") {
-            drop_unknown(engine, ENGINE_KEYS, "context_engine.", file, &mut warnings);
-        }
-        if let Some(toml::Value::Table(server)) = table.get_mut("server") {
-            drop_unknown(server, SERVER_KEYS, "server.", file, &mut warnings);
+        for (section, known) in KEYS {
+            if section.is_empty() {
+                drop_unknown(&mut table, known, "", file, &mut warnings);
+                continue;
+            }
+            let Some(toml::Value::Table(t)) = table.get_mut(*section) else { continue };
+            if STRICT_TABLES.contains(section) {
+                if let Some(key) = t.keys().find(|k| !known.contains(&k.as_str())) {
+                    let hint = crate::hint::did_you_mean(key, known.iter().copied());
+                    return Err(fail(format!("unknown key `{section}.{key}`{hint} (known: {})", known.join(", "))));
+                }
+            } else {
+                drop_unknown(t, known, &format!("{section}."), file, &mut warnings);
+            }
         }
         let config: HostConfig =
             toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| fail(e.to_string()))?;
@@ -304,6 +335,60 @@ fn drop_unknown(table: &mut toml::Table, known: &[&str], prefix: &str, file: &Pa
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each listed key is a field of its struct: a value no field accepts
+    /// (`-1`: no field is a signed number) fails for it, where a key the
+    /// struct lacks would pass.
+    #[test]
+    fn every_listed_key_is_a_field_and_every_field_is_listed() {
+        for (section, keys) in KEYS {
+            for key in *keys {
+                let text =
+                    if section.is_empty() { format!("{key} = -1\n") } else { format!("[{section}]\n{key} = -1\n") };
+                let parsed = toml::from_str::<HostConfig>(&text);
+                assert!(parsed.is_err(), "`{section}.{key}` is listed but HostConfig does not read it");
+            }
+        }
+        let structs = [
+            ("", fields(&format!("{:?}", HostConfig::default()))),
+            ("context_engine", fields(&format!("{:?}", ContextEngineConfig::default()))),
+            ("memory", fields(&format!("{:?}", MemoryConfig::default()))),
+            ("server", fields(&format!("{:?}", ServerConfig::default()))),
+            ("sandbox", fields(&format!("{:?}", SandboxConfig::default()))),
+            ("plugins", fields(&format!("{:?}", PluginsConfig::default()))),
+            ("faustbot", fields(&format!("{:?}", FaustbotConfig::default()))),
+        ];
+        for (section, fields) in structs {
+            let listed: Vec<String> = KEYS
+                .iter()
+                .find(|(s, _)| *s == section)
+                .map(|(_, k)| k.iter().map(|k| (*k).to_owned()).collect())
+                .unwrap_or_default();
+            assert_eq!(fields, listed, "the fields of `[{section}]` and its KEYS entry differ");
+        }
+    }
+
+    /// The field names of a struct's `Debug` text (`Name { a: …, b: … }`).
+    fn fields(debug: &str) -> Vec<String> {
+        let (mut depth, mut out, mut start) = (0, Vec::new(), None);
+        for (i, c) in debug.char_indices() {
+            match c {
+                '{' | '[' | '(' => {
+                    depth += 1;
+                    start = (depth == 1).then_some(i + 1);
+                }
+                '}' | ']' | ')' => depth -= 1,
+                ',' if depth == 1 => start = Some(i + 1),
+                ':' if depth == 1 => {
+                    if let Some(s) = start.take() {
+                        out.push(debug[s..i].trim().to_owned());
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
 
     #[test]
     fn missing_file_is_defaults_and_unknown_keys_warn() {
@@ -354,6 +439,13 @@ mod tests {
         std::fs::write(&file, "[server]\nheader_timeout_secs = 0\n").unwrap();
         let err = HostConfig::load(&file).unwrap_err().to_string();
         assert!(err.ends_with("`server.header_timeout_secs` must be greater than 0"), "{err}");
+
+        std::fs::write(&file, "[sandbox]\nrequre = true\n[memory]\npathh = \"/x\"\n").unwrap();
+        let err = HostConfig::load(&file).unwrap_err().to_string();
+        assert!(err.contains("unknown key `sandbox.requre`; did you mean `require`?"), "{err}");
+        std::fs::write(&file, "[memory]\npathh = \"/x\"\n").unwrap();
+        let (_, w) = HostConfig::load(&file).unwrap();
+        assert!(w[0].ends_with("`memory.pathh` is ignored; did you mean `path`?"), "{w:?}");
 
         std::fs::write(&file, "allowed_env_vars = [\n").unwrap();
         let err = HostConfig::load(&file).unwrap_err().to_string();

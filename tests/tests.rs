@@ -21,7 +21,9 @@
 //! - `attacks`: the attack catalogue (issue 13): what a hostile plugin tries, and that it fails.
 //! - `store`: the state store (`state.db`): old JSON files imported, a corrupt one kept, failed writes, two processes.
 //! - `layers`: the module layers of `src/` only point down.
+//! - `docs_reference`: `docs/reference/*.md` against the code: hooks and their fields, manifest and config keys, routes.
 //! - `faustbot`: FaustBot plugins (plugin.json + impl.py) unmodified: the examples, every hook sync and async, deps, lifecycle.
+//! - `docs_examples`: every shell example of README.md and docs/ is run (marked runnable) or names the test that runs it.
 
 // Tests: a panic is a failed test (Cargo.toml denies these in ctxhost's code).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -32,6 +34,8 @@ mod agent;
 mod attacks;
 mod catalog;
 mod cli;
+mod docs_examples;
+mod docs_reference;
 mod env;
 mod errors;
 mod faust_shim;

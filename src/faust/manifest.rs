@@ -47,7 +47,8 @@ pub struct PluginJson {
     pub unknown: Map<String, Value>,
 }
 
-const KNOWN: [&str; 10] =
+/// The keys of plugin.json ctxhost reads; others are kept in `PluginJson::unknown`.
+pub const KNOWN: [&str; 10] =
     ["id", "name", "version", "description", "author", "homepage", "enabled", "entry", "permissions", "priority"];
 
 /// The text of `<dir>/plugin.json`, read beneath `dir` and never through a

@@ -28,9 +28,10 @@ use sha2::{Digest, Sha256};
 pub use agent::{AGENT_KEYS, AgentDecl, Frontend, ScheduleSpec, ToolSpec};
 pub use config::{CONFIG_FIELDS, ConfigField, ConfigType, resolve as resolve_config};
 pub use error::{HookPathError, ManifestError, ManifestErrorKind};
+pub use reader::LIBREFANG_ONLY;
 pub use runtime::Runtime;
-pub use sandbox::{DirGrant, DirMode, SANDBOX_KEYS, Sandbox};
-pub use settings::{CircuitBreaker, ExecSettings, FailurePolicy, SETTING_KEYS, WorkerProtocol};
+pub use sandbox::{DIR_FIELDS, DirGrant, DirMode, SANDBOX_KEYS, Sandbox};
+pub use settings::{CIRCUIT_BREAKER_FIELDS, CircuitBreaker, ExecSettings, FailurePolicy, SETTING_KEYS, WorkerProtocol};
 
 use crate::protocol::HookName;
 use reader::Reader;
@@ -38,7 +39,10 @@ use reader::Reader;
 /// The manifest file name inside a plugin directory.
 pub const MANIFEST_FILE: &str = "plugin.toml";
 
-const TOP_KEYS: &[&str] = &[
+/// The top-level keys of plugin.toml besides the execution settings
+/// ([`SETTING_KEYS`], accepted at the top level too); anything else is warned
+/// about and kept in [`Manifest::unknown`].
+pub const TOP_KEYS: &[&str] = &[
     "name",
     "version",
     "description",
@@ -104,6 +108,12 @@ pub struct HookScript {
     pub raw: String,
     pub path: PathBuf,
 }
+
+/// The fields of a `[[requires]]` entry.
+pub const REQUIRES_FIELDS: &[&str] = &["binary", "install_hint"];
+
+/// The fields of an `[i18n.<lang>]` entry.
+pub const I18N_FIELDS: &[&str] = &["name", "description"];
 
 /// A `[[requires]]` entry: a binary the plugin needs on PATH.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -296,12 +306,12 @@ impl Manifest {
         let raw_requires: Vec<toml::Value> = r.top("requires")?.unwrap_or_default();
         let mut requires = Vec::with_capacity(raw_requires.len());
         for (i, value) in raw_requires.into_iter().enumerate() {
-            requires.push(r.known_fields(&format!("requires[{i}]"), value, &["binary", "install_hint"])?);
+            requires.push(r.known_fields(&format!("requires[{i}]"), value, REQUIRES_FIELDS)?);
         }
         let raw_i18n: toml::Table = r.top("i18n")?.unwrap_or_default();
         let mut i18n = BTreeMap::new();
         for (lang, value) in raw_i18n {
-            i18n.insert(lang.clone(), r.known_fields(&format!("i18n.{lang}"), value, &["name", "description"])?);
+            i18n.insert(lang.clone(), r.known_fields(&format!("i18n.{lang}"), value, I18N_FIELDS)?);
         }
         let plugin_depends: Vec<String> = r.top("plugin_depends")?.unwrap_or_default();
         for dep in &plugin_depends {
@@ -426,10 +436,14 @@ fn read_sandbox(r: &mut Reader<'_>, dir: &Path) -> Result<Sandbox, ManifestError
         sandbox.memory_mb = mb;
     }
     if let Some(dirs) = table.get("dirs") {
-        let raw: Vec<sandbox::RawDir> = dirs.clone().try_into().map_err(|e: toml::de::Error| {
-            r.error("sandbox.dirs", ManifestErrorKind::Invalid(e.message().trim_end().to_owned()))
-        })?;
-        for d in raw {
+        let toml::Value::Array(entries) = dirs else {
+            return Err(r.error(
+                "sandbox.dirs",
+                ManifestErrorKind::Invalid(format!("expected an array of tables, found {}", dirs.type_str())),
+            ));
+        };
+        for (i, entry) in entries.iter().enumerate() {
+            let d: sandbox::RawDir = r.known_fields(&format!("sandbox.dirs[{i}]"), entry.clone(), DIR_FIELDS)?;
             let host = dir.join(&d.host);
             let host = host.canonicalize().map_err(|e| {
                 r.error("sandbox.dirs", ManifestErrorKind::Invalid(format!("host dir `{}`: {e}", host.display())))

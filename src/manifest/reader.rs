@@ -141,8 +141,9 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// LibreFang keys outside the spec's table that ctxhost does not act on.
-pub(super) const LIBREFANG_ONLY: &[&str] =
+/// LibreFang keys outside the spec's table that ctxhost does not act on
+/// (warned about as such, at the top level or in `[hooks]`).
+pub const LIBREFANG_ONLY: &[&str] =
     &["hook_protocol_version", "hook_schemas", "env_schema", "enable_shared_state", "otel_endpoint", "allowed_secrets"];
 
 fn describe_unknown(key: &str, hint: String) -> String {

@@ -47,6 +47,9 @@ impl Default for Sandbox {
 /// The keys of `[sandbox]`.
 pub const SANDBOX_KEYS: &[&str] = &["fuel", "timeout_ms", "memory_mb", "dirs", "env"];
 
+/// The fields of one `[sandbox] dirs` entry.
+pub const DIR_FIELDS: &[&str] = &["host", "guest", "mode"];
+
 #[derive(Debug, Deserialize)]
 pub(super) struct RawDir {
     pub host: String,

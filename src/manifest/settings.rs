@@ -120,6 +120,9 @@ impl Default for ExecSettings {
     }
 }
 
+/// The fields of `circuit_breaker`.
+pub const CIRCUIT_BREAKER_FIELDS: &[&str] = &["max_failures", "reset_secs"];
+
 /// The setting keys, as spelled in plugin.toml.
 pub const SETTING_KEYS: &[&str] = &[
     "runtime",
@@ -186,7 +189,7 @@ impl ExecSettings {
             priority,
         );
         if let Some((v, key)) = r.setting::<toml::Value>("circuit_breaker")? {
-            s.circuit_breaker = r.known_fields(&key, v, &["max_failures", "reset_secs"])?;
+            s.circuit_breaker = r.known_fields(&key, v, CIRCUIT_BREAKER_FIELDS)?;
         }
         if let Some((v, key)) = r.setting::<u64>("hook_timeout_secs")? {
             if v == 0 {

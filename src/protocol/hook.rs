@@ -137,6 +137,45 @@ impl HookName {
         }
     }
 
+    /// The fields of the request the host sends for this hook, besides
+    /// `type` (key order on the wire is not part of the contract). A plugin
+    /// that reads another name (`tool_name` for `tool_call_pre`) reads
+    /// nothing. Context hooks send
+    /// their [`crate::protocol::HookRequest`] structs; agent-loop hooks the
+    /// fields the agent engine builds (`agent::engine`). Requests given by
+    /// hand (`ctxhost hook`, test-hook, `/api/agent-hooks/{hook}`) may carry
+    /// more, passed through unchanged. `docs/reference/hooks.md` documents
+    /// exactly these (checked by `tests/docs_reference.rs`).
+    pub const fn request_fields(self) -> &'static [&'static str] {
+        match self {
+            HookName::Bootstrap => &["context_window_tokens", "stable_prefix_mode", "max_recall_results"],
+            HookName::Ingest => &["agent_id", "message", "peer_id"],
+            HookName::Assemble => &["agent_id", "system_prompt", "messages", "context_window_tokens"],
+            HookName::Compact => &["agent_id", "messages", "model", "context_window_tokens", "token_pressure"],
+            HookName::AfterTurn => &["agent_id", "messages"],
+            HookName::TransformToolResult => {
+                &["agent_id", "tool_name", "tool_use_id", "args", "input", "result", "content", "is_error", "status"]
+            }
+            HookName::PrepareSubagent | HookName::MergeSubagent => &["parent_id", "child_id"],
+            HookName::OnEvent => &["event"],
+            HookName::MessageReceived => &["agent_id", "text", "origin", "history"],
+            HookName::LlmRequestPre => &["agent_id", "messages"],
+            HookName::ToolCallPre | HookName::CallTool => &["agent_id", "name", "args"],
+            HookName::ToolCallPost => &["agent_id", "name", "args", "result", "is_error"],
+            HookName::AgentEventSent => &["event"],
+            HookName::MemoryReadPre => &["query", "filters"],
+            HookName::MemoryReadPost => &["query", "results"],
+            HookName::MemoryWritePre => &["content", "metadata"],
+            HookName::MemoryWritePost => &["content", "metadata", "id"],
+            HookName::TriggerAppend | HookName::TriggerFire => &["trigger"],
+            HookName::ConfigChanged => &["key", "old", "new"],
+            HookName::Communicate => &["payload"],
+            HookName::RunSchedule => &["id"],
+            HookName::ReadSymbolic => &["path"],
+            HookName::Heartbeat | HookName::HealthCheck | HookName::Register | HookName::Unload => &[],
+        }
+    }
+
     /// Whether this is an agent-loop hook (not a context-engine one).
     pub fn is_agent(self) -> bool {
         !HookName::CONTEXT.contains(&self)

@@ -480,6 +480,16 @@ mod tests {
     }
 
     #[test]
+    fn every_context_request_writes_exactly_the_fields_its_hook_lists() {
+        for hook in HookName::CONTEXT {
+            let req = HookRequest::from_json(hook, json!({})).unwrap();
+            let Value::Object(wire) = serde_json::to_value(&req).unwrap() else { panic!("{hook}: not an object") };
+            let sent: Vec<&str> = wire.keys().map(String::as_str).filter(|k| *k != "type").collect();
+            assert_eq!(sent, hook.request_fields(), "{hook}");
+        }
+    }
+
+    #[test]
     fn recommendation_thresholds() {
         let r = |p| Recommendation::for_pressure(p);
         assert_eq!(r(0.95), Recommendation::Critical);

@@ -171,7 +171,7 @@ pub trait AgentPlugin {
     }
 }
 
-/// The replies of interceptor hooks (`agent-hooks.md`, "Decision replies").
+/// The replies of interceptor hooks (`docs/reference/hooks.md`, "Decisions").
 pub mod decision {
     use serde_json::{Value, json};
 
