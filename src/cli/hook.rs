@@ -105,7 +105,7 @@ pub fn exec(args: HookArgs, home: &Home) -> CliResult {
 /// most likely a misspelling (`tool_name` for `tool_call_pre`'s `name`):
 /// each gets a warning naming the nearest field and the hook's fields.
 fn warn_unknown_fields(hook: HookName, request: &serde_json::Value) {
-    let known = crate::protocol::request_fields(hook);
+    let known = hook.request_fields();
     for field in crate::protocol::unknown_fields(hook, request) {
         let hint = crate::hint::did_you_mean(field, known.iter().copied());
         let fields = if known.is_empty() { "none".to_owned() } else { known.join(", ") };

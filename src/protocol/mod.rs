@@ -12,7 +12,7 @@ mod reply;
 mod request;
 mod stdout;
 
-pub use fields::{request_fields, unknown_fields};
+pub use fields::unknown_fields;
 pub use hook::{HookName, UnknownHook};
 pub use message::{
     Block, Content, ImageBlock, ImageFileBlock, Message, Role, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock,

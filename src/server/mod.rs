@@ -12,8 +12,8 @@
 //! - `GET /metrics` (Prometheus text, [`prometheus`]) and `GET /healthz`.
 //!
 //! Every request is logged in one line ([`access`]); a path no route has is a
-//! 404 naming the nearest route ([`ROUTES`] is the one list the router is
-//! built from).
+//! 404 naming the nearest route ([`route_table`] is the one list the router
+//! is built from).
 //!
 //! Every request body is parsed here, so bad JSON is a 400 that says what is
 //! wrong, never a 500 ([`body`]). A bearer token guards the mutating routes
@@ -275,61 +275,76 @@ enum Guard {
     Token,
 }
 
-/// A route's handlers, one per method.
-type Handlers = fn() -> MethodRouter<Arc<AppState>>;
+/// The daemon's routes as they are added: the open ones, the guarded ones,
+/// and every path, which a path no route has is compared with.
+struct RouteTable {
+    open: Router<Arc<AppState>>,
+    guarded: Router<Arc<AppState>>,
+    paths: Vec<&'static str>,
+}
 
-/// Every route of the daemon: path, who may call it, and its handlers. The
-/// router is built from this list, and a path it does not have is answered
-/// with the nearest of these.
-const ROUTES: &[(&str, Guard, Handlers)] = &[
-    ("/api/plugins", Guard::Open, || get(plugins::list)),
-    ("/api/context-engine/metrics", Guard::Open, || get(plugins::engine_metrics)),
-    ("/api/tools", Guard::Open, || get(agent_loop::tools)),
-    ("/api/triggers", Guard::Open, || get(agent_loop::list_triggers)),
-    ("/api/triggers/fired", Guard::Open, || get(agent_loop::fired)),
-    ("/api/triggers/{id}", Guard::Open, || get(agent_loop::get_trigger)),
-    ("/api/agent/plugins", Guard::Open, || get(agent_loop::plugins)),
-    ("/faust/admin/plugins/assets", Guard::Open, || get(agent_loop::assets)),
-    ("/faust/plugins/{id}/frontend/{*path}", Guard::Open, || get(agent_loop::frontend)),
-    ("/metrics", Guard::Open, || get(prometheus::metrics)),
-    ("/healthz", Guard::Open, || get(healthz)),
-    ("/api/plugins/scaffold", Guard::Token, || post(plugins::scaffold)),
-    ("/api/plugins/{name}/reload", Guard::Token, || post(plugins::reload)),
-    ("/api/plugins/{name}/test-hook", Guard::Token, || post(plugins::test_hook)),
-    ("/api/agents/{agent_id}/{hook}", Guard::Token, || post(agents::call)),
-    ("/api/agents/{agent_id}/messages", Guard::Token, || post(agent_loop::message)),
-    ("/api/agents/{agent_id}/tools/{name}", Guard::Token, || post(agent_loop::call_tool)),
-    ("/api/agent-hooks/{hook}", Guard::Token, || post(agent_loop::chain)),
-    ("/api/plugins/{name}/config", Guard::Token, || get(agent_loop::get_config).put(agent_loop::put_config)),
-    // Reads that show config values (often API keys) or run plugin code.
-    ("/api/vfs", Guard::Token, || get(agent_loop::vfs)),
-    ("/api/agent/health", Guard::Token, || get(agent_loop::health)),
-    ("/faust/admin/plugins", Guard::Token, || get(faust_admin::list)),
-    ("/api/triggers", Guard::Token, || post(agent_loop::create_trigger)),
-    ("/api/triggers/{id}", Guard::Token, || patch(agent_loop::patch_trigger).delete(agent_loop::delete_trigger)),
-    ("/api/events/{name}", Guard::Token, || post(agent_loop::event)),
-    ("/faust/plugins/{id}/communicate", Guard::Token, || post(agent_loop::communicate)),
-    ("/faust/admin/plugins/{id}/enable", Guard::Token, || post(faust_admin::enable)),
-    ("/faust/admin/plugins/{id}/disable", Guard::Token, || post(faust_admin::disable)),
-    // Starts processes (runtime probes) and loads every plugin.
-    ("/api/plugins/doctor", Guard::Token, || get(plugins::doctor)),
-];
+impl RouteTable {
+    fn route(mut self, path: &'static str, handlers: MethodRouter<Arc<AppState>>, guard: Guard) -> Self {
+        if !self.paths.contains(&path) {
+            self.paths.push(path);
+        }
+        match guard {
+            Guard::Open => self.open = self.open.route(path, handlers),
+            Guard::Token => self.guarded = self.guarded.route(path, handlers),
+        }
+        self
+    }
+}
+
+/// Every route of the daemon: the one list the router is built from.
+fn route_table() -> RouteTable {
+    RouteTable { open: Router::new(), guarded: Router::new(), paths: Vec::new() }
+        .route("/api/plugins", get(plugins::list), Guard::Open)
+        .route("/api/context-engine/metrics", get(plugins::engine_metrics), Guard::Open)
+        .route("/api/tools", get(agent_loop::tools), Guard::Open)
+        .route("/api/triggers", get(agent_loop::list_triggers), Guard::Open)
+        .route("/api/triggers/fired", get(agent_loop::fired), Guard::Open)
+        .route("/api/triggers/{id}", get(agent_loop::get_trigger), Guard::Open)
+        .route("/api/agent/plugins", get(agent_loop::plugins), Guard::Open)
+        .route("/faust/admin/plugins/assets", get(agent_loop::assets), Guard::Open)
+        .route("/faust/plugins/{id}/frontend/{*path}", get(agent_loop::frontend), Guard::Open)
+        .route("/metrics", get(prometheus::metrics), Guard::Open)
+        .route("/healthz", get(healthz), Guard::Open)
+        .route("/api/plugins/scaffold", post(plugins::scaffold), Guard::Token)
+        .route("/api/plugins/{name}/reload", post(plugins::reload), Guard::Token)
+        .route("/api/plugins/{name}/test-hook", post(plugins::test_hook), Guard::Token)
+        .route("/api/agents/{agent_id}/{hook}", post(agents::call), Guard::Token)
+        .route("/api/agents/{agent_id}/messages", post(agent_loop::message), Guard::Token)
+        .route("/api/agents/{agent_id}/tools/{name}", post(agent_loop::call_tool), Guard::Token)
+        .route("/api/agent-hooks/{hook}", post(agent_loop::chain), Guard::Token)
+        .route("/api/plugins/{name}/config", get(agent_loop::get_config).put(agent_loop::put_config), Guard::Token)
+        // Reads that show config values (often API keys) or run plugin code.
+        .route("/api/vfs", get(agent_loop::vfs), Guard::Token)
+        .route("/api/agent/health", get(agent_loop::health), Guard::Token)
+        .route("/faust/admin/plugins", get(faust_admin::list), Guard::Token)
+        .route("/api/triggers", post(agent_loop::create_trigger), Guard::Token)
+        .route("/api/triggers/{id}", patch(agent_loop::patch_trigger).delete(agent_loop::delete_trigger), Guard::Token)
+        .route("/api/events/{name}", post(agent_loop::event), Guard::Token)
+        .route("/faust/plugins/{id}/communicate", post(agent_loop::communicate), Guard::Token)
+        .route("/faust/admin/plugins/{id}/enable", post(faust_admin::enable), Guard::Token)
+        .route("/faust/admin/plugins/{id}/disable", post(faust_admin::disable), Guard::Token)
+        // Starts processes (runtime probes) and loads every plugin.
+        .route("/api/plugins/doctor", get(plugins::doctor), Guard::Token)
+}
 
 fn router(state: Arc<AppState>) -> Router {
-    let table = |guard: Guard| {
-        ROUTES
-            .iter()
-            .filter(move |(_, g, _)| *g == guard)
-            .fold(Router::new(), |router, (path, _, handlers)| router.route(path, handlers()))
-    };
-    let mutating = table(Guard::Token)
+    let table = route_table();
+    let paths: Arc<[&'static str]> = table.paths.into();
+    let guarded = table
+        .guarded
         // The token first: an unauthenticated body is never read.
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), limits::guard))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
-    table(Guard::Open)
+    table
+        .open
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), limits::guard))
-        .merge(mutating)
-        .fallback(not_found)
+        .merge(guarded)
+        .fallback(move |uri: axum::http::Uri| async move { not_found(&uri, &paths) })
         .layer(axum::extract::DefaultBodyLimit::max(state.limits.max_body()))
         .layer(axum::middleware::from_fn(access::log))
         .with_state(state)
@@ -340,19 +355,19 @@ async fn healthz(axum::extract::State(state): axum::extract::State<Arc<AppState>
 }
 
 /// A path no route has: a 404 naming the nearest route, if one is near.
-async fn not_found(uri: axum::http::Uri) -> body::JsonReply {
+fn not_found(uri: &axum::http::Uri, routes: &[&str]) -> body::JsonReply {
     let path = uri.path();
-    let hint = crate::hint::did_you_mean(path, nearest_routes(path).iter().map(String::as_str));
+    let hint = crate::hint::did_you_mean(path, nearest_routes(path, routes).iter().map(String::as_str));
     body::JsonReply::error(axum::http::StatusCode::NOT_FOUND, format!("no route for {path}{hint}"))
 }
 
-/// The paths of [`ROUTES`] as they would read for `path`: a template with as
-/// many segments gets `path`'s own segments for its parameters (so
+/// The route paths as they would read for `path`: a template with as many
+/// segments gets `path`'s own segments for its parameters (so
 /// `/api/plugins/x/relaod` is compared with `/api/plugins/x/reload`).
-fn nearest_routes(path: &str) -> Vec<String> {
+fn nearest_routes(path: &str, routes: &[&str]) -> Vec<String> {
     let given: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let mut out: Vec<String> = Vec::new();
-    for (template, _, _) in ROUTES {
+    for template in routes {
         let parts: Vec<&str> = template.trim_start_matches('/').split('/').collect();
         let filled = if parts.len() == given.len() || parts.last().is_some_and(|p| p.starts_with("{*")) {
             let mut filled = String::new();
