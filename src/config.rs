@@ -207,11 +207,28 @@ pub struct SandboxConfig {
     /// killed whole at the end of the call), which costs each hook start a
     /// cgroup migration: up to ~15 ms on kernels without `favordynmods`.
     pub max_processes: u64,
+    /// The `HOME` hook processes see [default: `<home>/hook-home`]: an
+    /// absolute path, or `~` / `~/…` for the user's home. LibreFang plugins
+    /// keep their state in `$HOME/.librefang/plugins/<name>/`; set `"~"` to
+    /// share that state with a LibreFang install on this machine (hooks
+    /// then write there, and only there, in your home).
+    pub hook_home: Option<std::path::PathBuf>,
 }
 
 impl Default for SandboxConfig {
     fn default() -> Self {
-        SandboxConfig { require: false, max_processes: DEFAULT_MAX_PROCESSES }
+        SandboxConfig { require: false, max_processes: DEFAULT_MAX_PROCESSES, hook_home: None }
+    }
+}
+
+impl SandboxConfig {
+    fn check(&self) -> Result<(), String> {
+        match &self.hook_home {
+            Some(p) if !(p.is_absolute() || p.starts_with("~")) => {
+                Err(format!("`sandbox.hook_home = \"{}\"` must be an absolute path or start with `~`", p.display()))
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -266,7 +283,7 @@ pub const KEYS: &[(&str, &[&str])] = &[
 pub const STRICT_TABLES: &[&str] = &["sandbox", "plugins", "faustbot"];
 
 const MEMORY_KEYS: &[&str] = &["path"];
-const SANDBOX_KEYS: &[&str] = &["require", "max_processes"];
+const SANDBOX_KEYS: &[&str] = &["require", "max_processes", "hook_home"];
 const PLUGINS_KEYS: &[&str] = &["optional"];
 const FAUSTBOT_KEYS: &[&str] = &["install_deps_at_start"];
 
@@ -316,6 +333,7 @@ impl HostConfig {
         let config: HostConfig =
             toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| fail(e.to_string()))?;
         config.server.check().map_err(fail)?;
+        config.sandbox.check().map_err(fail)?;
         Ok((config, warnings))
     }
 }
@@ -440,6 +458,12 @@ mod tests {
         let err = HostConfig::load(&file).unwrap_err().to_string();
         assert!(err.ends_with("`server.header_timeout_secs` must be greater than 0"), "{err}");
 
+        std::fs::write(&file, "[sandbox]\nhook_home = \"~/lf\"\n").unwrap();
+        let (c, _) = HostConfig::load(&file).unwrap();
+        assert_eq!(c.sandbox.hook_home.as_deref(), Some(Path::new("~/lf")));
+        std::fs::write(&file, "[sandbox]\nhook_home = \"rel/dir\"\n").unwrap();
+        let err = HostConfig::load(&file).unwrap_err().to_string();
+        assert!(err.ends_with("`sandbox.hook_home = \"rel/dir\"` must be an absolute path or start with `~`"), "{err}");
         std::fs::write(&file, "[sandbox]\nrequre = true\n[memory]\npathh = \"/x\"\n").unwrap();
         let err = HostConfig::load(&file).unwrap_err().to_string();
         assert!(err.contains("unknown key `sandbox.requre`; did you mean `require`?"), "{err}");

@@ -69,6 +69,15 @@ impl Home {
         self.root.join("data").join(plugin)
     }
 
+    /// `<home>/hook-home`: the `HOME` hooks see by default (`[sandbox]
+    /// hook_home` may name another). It keeps LibreFang's layout —
+    /// `.librefang/plugins/<name>/` per plugin, the shared `.librefang/logs/`
+    /// — so LibreFang plugins find their state where they keep it, while
+    /// nothing a hook writes lands in the user's own home.
+    pub fn hook_home(&self) -> PathBuf {
+        self.root.join("hook-home")
+    }
+
     /// `<home>/agent`: where the agent-loop host services kept their state
     /// (vfs, triggers, per-plugin config and storage) as JSON files, before
     /// the state store ([`Home::state_db`]) imported them once.
@@ -233,6 +242,7 @@ mod tests {
         assert_eq!(h.plugins_dir(), Path::new("/flag/plugins"));
         assert_eq!(h.config_file(), Path::new("/c.toml"));
         assert_eq!(h.data_dir("p"), Path::new("/flag/data/p"));
+        assert_eq!(h.hook_home(), Path::new("/flag/hook-home"));
 
         let h = Home::resolve(HomeOverrides::default(), &|v| (v == "HOME").then(|| "/u".to_owned()));
         assert_eq!(h.root(), Path::new("/u/.ctxhost"));

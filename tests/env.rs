@@ -61,7 +61,7 @@ fn exactly_the_spec_variables_arrive() {
         assert_eq!(env[k], v, "{k}");
     }
     assert_eq!(env["PATH"].as_str(), std::env::var("PATH").ok().as_deref());
-    assert_eq!(env["HOME"].as_str(), std::env::var("HOME").ok().as_deref());
+    assert_eq!(env["HOME"].as_str(), p.home.join("hook-home").to_str(), "the hooks' HOME, inside ctxhost's home");
     let config_file = env["LIBREFANG_PLUGIN_CONFIG"].as_str().unwrap();
     assert_eq!(config_file, p.home.join("data/envdump/config.json").to_str().unwrap());
     let config: Value = serde_json::from_str(&std::fs::read_to_string(config_file).unwrap()).unwrap();

@@ -166,3 +166,103 @@ fn sigterm_to_ctxhost_kills_the_running_hook() {
     assert!(err.contains("error: interrupted by SIGTERM; the hook and everything it started were killed"), "{err}");
     assert!(m.gone_soon(), "processes outlived ctxhost: {:?}", m.pids());
 }
+
+/// The hook temp dirs (`ctxhost-<plugin>-…`) in `tmp`.
+fn hook_tmpdirs(tmp: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("ctxhost-"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Every way a call can end — a reply, a failure, a timeout, a hook killed,
+/// a worker, a call cut by `ctxhost hook`'s SIGTERM, a daemon's shutdown, a
+/// call in flight when the sidecar shuts down — leaves no hook temp dir in
+/// the TMPDIR ctxhost was given. (Those cut short by a shutdown were left
+/// before: their removal was queued on a runtime that was going away.)
+#[test]
+fn no_hook_temp_dir_is_left_on_any_path() {
+    let root = tempfile::tempdir().unwrap();
+    let (home, tmp) = (root.path().join("home"), root.path().join("tmp"));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let plugin = |name: &str, extra: &str, body: &str| {
+        let dir = home.join("plugins").join(name);
+        crate::util::write(
+            &dir.join("plugin.toml"),
+            &format!(
+                "name = \"{name}\"\nversion = \"1\"\n{extra}\n[hooks]\nruntime = \"bash\"\ningest = \"hook.sh\"\n"
+            ),
+        );
+        crate::util::write(&dir.join("hook.sh"), &format!("echo x > \"$TMPDIR/scratch\"\n{body}"));
+        dir
+    };
+    plugin("ok", "", "echo '{\"memories\":[]}'\n");
+    plugin("fails", "", "exit 3\n");
+    plugin("slow", "hook_timeout_secs = 1", "sleep 30\n");
+    plugin("killed", "", "kill -9 $$\n");
+    plugin("worker", "persistent_subprocess = true", "while read -r l; do echo '{\"memories\":[]}'; done\n");
+    let hang = plugin("hang", "hook_timeout_secs = 60", "touch \"$TMPDIR/started\"\nsleep 60\n");
+    let started = || hook_tmpdirs(&tmp).iter().any(|d| tmp.join(d).join("started").exists());
+
+    // `ctxhost hook` stopped by SIGTERM while its hook runs.
+    let child = Command::new(assert_cmd::cargo::cargo_bin("ctxhost"))
+        .env("TMPDIR", &tmp)
+        .arg("--home")
+        .arg(&home)
+        .args(["hook", hang.to_str().unwrap(), "ingest"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    crate::util::within(20, "the hook started", started);
+    // SAFETY: signalling a child process we spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(hook_tmpdirs(&tmp), Vec::<String>::new(), "after `ctxhost hook` was interrupted");
+
+    // The daemon: each way a call ends, then its shutdown.
+    let d = crate::util::http::Daemon::start(&home, &[], &[("TMPDIR", tmp.to_str().unwrap())]);
+    for (plugin, status) in [("ok", 200), ("fails", 400), ("slow", 400), ("killed", 400), ("worker", 200)] {
+        let body = serde_json::json!({"hook": "ingest", "input": {"agent_id": "a", "message": "m"}});
+        let r = d.post(&format!("/api/plugins/{plugin}/test-hook"), &body.to_string());
+        assert_eq!(r.status, status, "{plugin}: {}", r.body);
+    }
+    // Only the worker's own, while it lives.
+    let left = hook_tmpdirs(&tmp);
+    assert!(left.len() == 1 && left[0].starts_with("ctxhost-worker-worker-"), "{left:?}");
+    assert!(tmp.join(&left[0]).join("scratch").exists(), "the worker used its TMPDIR");
+    let (stopped, err) = d.stop();
+    assert!(stopped, "{err}");
+    assert_eq!(hook_tmpdirs(&tmp), Vec::<String>::new(), "after the daemon shut down");
+
+    // A call in flight when the sidecar shuts down: its after_turn outlives
+    // the settle timeout, and is dropped with the runtime.
+    let hang_manifest = std::fs::read_to_string(hang.join("plugin.toml")).unwrap();
+    crate::util::write(&hang.join("plugin.toml"), &hang_manifest.replace("ingest = ", "after_turn = "));
+    crate::util::write(&home.join("config.toml"), "[context_engine]\nplugin_stack = [\"hang\"]\n");
+    let mut sidecar = Command::new(assert_cmd::cargo::cargo_bin("ctxhost"))
+        .env("TMPDIR", &tmp)
+        .arg("--home")
+        .arg(&home)
+        .args(["sidecar", "--settle-timeout-secs", "1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = sidecar.stdin.take().unwrap();
+    let turn = serde_json::json!({"id": 1, "method": "after_turn", "params": {"agent_id": "a", "messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}});
+    std::io::Write::write_all(&mut stdin, format!("{turn}\n").as_bytes()).unwrap();
+    crate::util::within(20, "the sidecar's after_turn hook started", started);
+    drop(stdin);
+    let out = sidecar.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(hook_tmpdirs(&tmp), Vec::<String>::new(), "after the sidecar shut down with a call in flight");
+}

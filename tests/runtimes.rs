@@ -123,3 +123,51 @@ fn native() {
 fn component() {
     check("recall");
 }
+
+/// Every `__pycache__` below `dir`.
+fn pycaches(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if entry.file_name() == "__pycache__" {
+                found.push(path.clone());
+            }
+            found.extend(pycaches(&path));
+        }
+    }
+    found
+}
+
+/// Python hooks run with `-B`: a hook importing a module of its own (a
+/// one-shot script, the guard's JSON-RPC worker importing its client) leaves
+/// no bytecode in the plugin's dir, which the hook may write.
+#[test]
+fn python_hooks_write_no_bytecode_into_the_plugin_dir() {
+    require_program("python3", "python3");
+    let p = TestPlugin::new(
+        "importer",
+        &[
+            (
+                "plugin.toml",
+                "name = \"importer\"\nversion = \"1\"\n[hooks]\nruntime = \"python\"\ningest = \"hooks/ingest.py\"\n",
+            ),
+            ("hooks/helper.py", "def memories():\n    return [{\"content\": \"from helper\"}]\n"),
+            (
+                "hooks/ingest.py",
+                "import json, sys\nimport helper\nsys.stdin.read()\nopen('wrote-here', 'w').write('x')\n\
+                 print(json.dumps({\"memories\": helper.memories()}))\n",
+            ),
+        ],
+    );
+    let a = p.hook("ingest", r#"{"agent_id":"a","message":"m"}"#).success();
+    assert_eq!(reply(&a)["memories"][0]["content"], "from helper");
+    assert!(p.dir.join("wrote-here").exists(), "the plugin's dir is writable, so python could have written there");
+    assert_eq!(pycaches(&p.dir), Vec::<std::path::PathBuf>::new());
+
+    let guard = example("guard-python");
+    let req = json!({"name": "shell_exec", "args": {"command": "ls"}, "agent_id": "a"}).to_string();
+    let a = guard.hook("tool_call_pre", &req).success();
+    assert_eq!(reply(&a), json!({"action": "pass"}));
+    assert_eq!(pycaches(&guard.dir), Vec::<std::path::PathBuf>::new());
+}

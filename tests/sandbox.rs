@@ -50,7 +50,7 @@ fn user_home(root: &Path) -> PathBuf {
 fn a_hook_writes_only_inside_its_own_dirs() {
     let p = bash_probe(
         "for f in \"$OUTSIDE/escaped\" \"$CTXHOME/grants.toml\" \"$CTXHOME/plugins/other/x\" \"$HOME/.bashrc-x\" \
-         ./own \"$TMPDIR/tmp\" \"$LIBREFANG_DATA/data\" \"$HOME/.librefang/plugins/t/state\" \"$HOME/.librefang/logs/t.log\"; do\n\
+         \"$USER_HOME/.bashrc-x\" ./own \"$TMPDIR/tmp\" \"$LIBREFANG_DATA/data\" \"$HOME/.librefang/plugins/t/state\" \"$HOME/.librefang/logs/t.log\"; do\n\
          if echo x 2>/dev/null > \"$f\"; then echo \"wrote $f\"; else echo \"denied $f\"; fi\ndone\n\
          echo x > /dev/null && echo 'wrote /dev/null'",
         "",
@@ -63,35 +63,55 @@ fn a_hook_writes_only_inside_its_own_dirs() {
     let manifest = std::fs::read_to_string(p.dir.join("plugin.toml")).unwrap().replace(
         "[hooks]",
         &format!(
-            "[env]\nOUTSIDE = \"{}\"\nCTXHOME = \"{}\"\nLIBREFANG_DATA = \"{}\"\n[hooks]",
+            "[env]\nOUTSIDE = \"{}\"\nCTXHOME = \"{}\"\nLIBREFANG_DATA = \"{}\"\nUSER_HOME = \"{}\"\n[hooks]",
             outside.display(),
             p.home.display(),
-            data.display()
+            data.display(),
+            home.display()
         ),
     );
     write(&p.dir.join("plugin.toml"), &manifest);
     let lines = ingest(&p, &home);
     let denied: Vec<&str> = lines.iter().filter_map(|l| l.strip_prefix("denied ")).collect();
     let wrote: Vec<&str> = lines.iter().filter_map(|l| l.strip_prefix("wrote ")).collect();
-    assert_eq!(denied.len(), 4, "{lines:?}");
+    assert_eq!(denied.len(), 5, "{lines:?}");
     assert_eq!(wrote.len(), 6, "own dir, TMPDIR, data dir, LibreFang store and log, /dev/null: {lines:?}");
     assert!(!outside.join("escaped").exists());
-    assert!(!home.join(".bashrc-x").exists());
+    assert!(!home.join(".bashrc-x").exists() && !p.home.join("hook-home/.bashrc-x").exists());
     assert!(!p.home.join("plugins/other/x").exists());
     assert!(std::fs::read_to_string(p.home.join("grants.toml")).unwrap().contains("[plugins.t]"));
     assert!(p.dir.join("own").exists() && data.join("data").exists());
-    assert!(home.join(".librefang/plugins/t/state").exists() && home.join(".librefang/logs/t.log").exists());
+    // LibreFang's layout, in the hooks' HOME inside ctxhost's home; the
+    // user's own home is left as it was.
+    let hook_home = p.home.join("hook-home");
+    assert!(lines.contains(&format!("wrote {}/.librefang/plugins/t/state", hook_home.display())), "{lines:?}");
+    assert!(hook_home.join(".librefang/plugins/t/state").exists() && hook_home.join(".librefang/logs/t.log").exists());
+    assert_eq!(entries(&home), [".aws", ".ssh"]);
+}
+
+/// The names in `dir`, sorted.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
 }
 
 #[test]
 fn secrets_in_home_cannot_be_read() {
+    // The user's home by its path: the hooks' HOME is another directory.
     let p = bash_probe(
-        "for f in \"$HOME/.ssh/id_rsa\" \"$HOME/.aws/credentials\" /etc/hostname; do\n\
+        "for f in \"$USER_HOME/.ssh/id_rsa\" \"$USER_HOME/.aws/credentials\" /etc/hostname; do\n\
          if cat \"$f\" >/dev/null 2>&1; then echo \"read $f\"; else echo \"denied $f\"; fi\ndone\n\
-         ls \"$HOME\" >/dev/null 2>&1 && echo 'listed home'",
+         ls \"$USER_HOME\" >/dev/null 2>&1 && echo 'listed home'",
         "",
     );
     let home = user_home(p.root.path());
+    let manifest = std::fs::read_to_string(p.dir.join("plugin.toml"))
+        .unwrap()
+        .replace("[hooks]", &format!("[env]\nUSER_HOME = \"{}\"\n[hooks]", home.display()));
+    write(&p.dir.join("plugin.toml"), &manifest);
     let lines = ingest(&p, &home);
     let expected = [
         format!("denied {}/.ssh/id_rsa", home.display()),
@@ -286,8 +306,10 @@ fn librefang_style_plugins_keep_their_state_and_logs_sandboxed() {
     let ask = json!({"agent_id": "a1", "message": "what grows in my garden?"});
     assert_eq!(contents(&run("notes", "ingest", ask.clone())), ["note: My garden has basil"]);
     assert_eq!(contents(&run("agentlog", "ingest", ask)), ["turns so far: 1"]);
-    assert!(home.join(".librefang/plugins/notes/store.json").is_file());
-    assert!(home.join(".librefang/plugins/agentlog/a1.count").is_file());
+    let hook_home = ctx.join("hook-home");
+    assert!(hook_home.join(".librefang/plugins/notes/store.json").is_file());
+    assert!(hook_home.join(".librefang/plugins/agentlog/a1.count").is_file());
+    assert_eq!(entries(&home), [".aws", ".ssh"], "nothing in the user's own home");
 }
 
 #[test]
@@ -305,6 +327,7 @@ fn go_caches_move_into_the_data_dir() {
     assert_eq!(reply(&a)["type"], "ingest_result");
     assert!(p.home.join("data/go-memory/cache/go-build").is_dir(), "GOCACHE is in the plugin's data dir");
     assert!(!home.join(".cache/go-build").exists());
+    assert_eq!(entries(&home), [".aws", ".ssh"]);
 }
 
 /// How this machine kills a call's processes, as the doctor reports it
@@ -348,13 +371,14 @@ fn the_core_cases_hold_for_an_unprivileged_user() {
     let script = format!(
         "{{\n\
          if echo x 2>/dev/null > \"{out}/escaped\"; then echo wrote-outside; else echo denied-outside; fi\n\
-         if cat \"$HOME/.ssh/id_rsa\" >/dev/null 2>&1; then echo read-ssh; else echo denied-ssh; fi\n\
+         if cat \"{home}/.ssh/id_rsa\" >/dev/null 2>&1; then echo read-ssh; else echo denied-ssh; fi\n\
          if echo x 2>/dev/null > \"$HOME/.librefang/plugins/t/state\"; then echo wrote-store; else echo denied-store; fi\n\
          if (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null; then echo connected; else echo refused; fi\n\
          id -u\n\
          }} > \"$TMPDIR/r\" 2>/dev/null\n\
          printf '{{\"memories\":[{{\"content\":\"%s\"}}]}}\\n' \"$(tr '\\n' ' ' < \"$TMPDIR/r\")\"\n",
-        out = outside.display()
+        out = outside.display(),
+        home = home.display()
     );
     write(
         &plugins.join("t/plugin.toml"),
@@ -461,7 +485,8 @@ fn the_core_cases_hold_for_an_unprivileged_user() {
     if !full {
         assert!(err.contains("`[sandbox] require = true`"), "{err}");
     }
-    assert_eq!(std::fs::read_to_string(home.join(".librefang/plugins/t/state")).unwrap(), "x\n");
+    assert_eq!(std::fs::read_to_string(ctx.join("hook-home/.librefang/plugins/t/state")).unwrap(), "x\n");
+    assert_eq!(entries(&home), [".aws", ".ssh"], "nothing in the user's own home as uid 65534 either");
 }
 
 /// This whole module again, as uid 65534 (when the tests run as root; as an
@@ -481,10 +506,15 @@ fn the_whole_sandbox_suite_passes_as_an_unprivileged_user() {
 /// could rewrite.
 #[test]
 fn a_manifests_env_cannot_widen_what_is_readable() {
-    let body = "if cat \"$HOME/.ssh/id_rsa\" >/dev/null 2>&1; then echo read-ssh; else echo denied-ssh; fi";
+    // The user's home by its path (the hooks' HOME is another directory).
+    let body = "if cat \"$USER_HOME/.ssh/id_rsa\" >/dev/null 2>&1; then echo read-ssh; else echo denied-ssh; fi";
     let p =
         bash_probe(body, "[env]\nPYTHONPATH = \"${SECRETS}\"\nNODE_PATH = \"${SECRETS}\"\nRUBYLIB = \"${SECRETS}\"");
     let home = user_home(p.root.path());
+    let manifest = std::fs::read_to_string(p.dir.join("plugin.toml"))
+        .unwrap()
+        .replace("[hooks]", &format!("USER_HOME = \"{}\"\n[hooks]", home.display()));
+    write(&p.dir.join("plugin.toml"), &manifest);
     let a = p
         .cmd()
         .env("HOME", &home)
@@ -508,4 +538,196 @@ fn a_confined_hook_has_no_capabilities() {
     );
     let lines = ingest(&p, &user_home(p.root.path()));
     assert_eq!(lines, ["CapEff:0000000000000000", "CapBnd:0000000000000000", "no-device"]);
+}
+
+// --- `--home` keeps ctxhost inside it ----------------------------------------
+
+/// Counts its calls in LibreFang's place for plugin state.
+const KEEPER: &str = "f=\"$HOME/.librefang/plugins/keeper/state.json\"\n\
+n=$(tr -dc 0-9 < \"$f\" 2>/dev/null)\nn=$(( ${n:-0} + 1 ))\n\
+printf '{\"calls\":%s}\\n' \"$n\" > \"$f\"\n\
+echo \"call $n\" >> \"$HOME/.librefang/logs/keeper.log\"\n\
+printf '{\"memories\":[{\"content\":\"calls %s\"}]}\\n' \"$n\"\n";
+
+/// Every path below `dir`, depth first.
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        out.push(path.clone());
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            walk(&path, out);
+        }
+    }
+}
+
+/// Doctor, `hook`, `run`, `serve` and `sidecar`, each a fresh ctxhost, on a
+/// home of three plugins of which only `keeper` is ever called: the user's
+/// HOME stays empty, the others leave no directory anywhere, and keeper's
+/// LibreFang state lies in the hooks' HOME inside `--home`, found again by
+/// every later process.
+#[test]
+fn home_keeps_everything_ctxhost_makes_inside_it() {
+    require_program("python3", "python3");
+    let root = tempfile::tempdir().unwrap();
+    let (user, ctx, tmp) = (root.path().join("user"), root.path().join("ctx"), root.path().join("tmp"));
+    for d in [&user, &tmp] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let plugins = ctx.join("plugins");
+    let manifest = |name: &str, extra: &str, runtime: &str, script: &str| {
+        format!(
+            "name = \"{name}\"\nversion = \"1\"\n{extra}\n[hooks]\nruntime = \"{runtime}\"\ningest = \"{script}\"\n"
+        )
+    };
+    write(&plugins.join("keeper/plugin.toml"), &manifest("keeper", "", "bash", "hook.sh"));
+    write(&plugins.join("keeper/hook.sh"), KEEPER);
+    write(&plugins.join("idle-script/plugin.toml"), &manifest("idle-script", "", "bash", "hook.sh"));
+    write(&plugins.join("idle-script/hook.sh"), "touch \"$HOME/idle-script-ran\"\necho '{}'\n");
+    write(
+        &plugins.join("idle-worker/plugin.toml"),
+        &manifest("idle-worker", "persistent_subprocess = true", "python", "hook.py"),
+    );
+    write(&plugins.join("idle-worker/hook.py"), "import sys\nfor line in sys.stdin:\n    print('{}', flush=True)\n");
+    write(&ctx.join("config.toml"), "[context_engine]\nplugin_stack = [\"keeper\"]\n");
+    let env = [("HOME", user.to_str().unwrap()), ("TMPDIR", tmp.to_str().unwrap())];
+    let cmd = || {
+        let mut c = ctxhost();
+        c.envs(env).arg("--home").arg(&ctx);
+        c
+    };
+    let state = ctx.join("hook-home/.librefang/plugins/keeper/state.json");
+    let calls = || -> u64 {
+        let text = std::fs::read_to_string(&state).unwrap_or_default();
+        text.trim().trim_start_matches("{\"calls\":").trim_end_matches('}').parse().unwrap_or(0)
+    };
+
+    // Loading makes nothing of any plugin's.
+    let doctor = cmd().arg("doctor").output().unwrap();
+    assert!(doctor.status.success(), "{}", String::from_utf8_lossy(&doctor.stdout));
+    let mut all = Vec::new();
+    walk(&ctx, &mut all);
+    let of_a_plugin: Vec<&PathBuf> = all
+        .iter()
+        .filter(|p| {
+            p.starts_with(ctx.join("data"))
+                || p.starts_with(ctx.join("hook-home/.librefang/plugins/"))
+                || p.starts_with(ctx.join("hook-home/.librefang/logs"))
+        })
+        .collect();
+    assert!(of_a_plugin.iter().all(|p| p.ends_with("data") || p.ends_with("plugins")), "made at load: {of_a_plugin:?}");
+
+    // One call: keeper's state in the hooks' HOME, inside ctxhost's home.
+    let a = cmd()
+        .args(["hook", plugins.join("keeper").to_str().unwrap(), "ingest"])
+        .write_stdin(r#"{"agent_id":"a1","message":"hi"}"#)
+        .assert()
+        .success();
+    assert_eq!(contents(&reply(&a)), ["calls 1"]);
+    assert_eq!(calls(), 1);
+
+    // `run`: every turn goes through keeper, which finds its state again.
+    let transcript = root.path().join("chat.jsonl");
+    write(
+        &transcript,
+        "{\"user\":\"I grow basil\",\"assistant\":\"nice\"}\n{\"user\":\"what grows?\",\"assistant\":\"basil\"}\n",
+    );
+    let out = cmd().args(["run", "--transcript", transcript.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let after_run = calls();
+    assert!(after_run >= 3, "one ingest per turn: {after_run}");
+
+    // `serve`: a new process, the same state.
+    let d = crate::util::http::Daemon::start(&ctx, &[], &env);
+    let r = d.post("/api/agents/a1/ingest", &json!({"message": "basil?"}).to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains(&format!("calls {}", after_run + 1)), "{}", r.body);
+    let (stopped, err) = d.stop();
+    assert!(stopped, "{err}");
+
+    // `sidecar` (how LibreFang runs ctxhost): the same home model.
+    let mut sidecar = std::process::Command::new(assert_cmd::cargo::cargo_bin("ctxhost"))
+        .env_remove("RUST_LOG")
+        .env_remove("CTXHOST_HOME")
+        .envs(env)
+        .arg("--home")
+        .arg(&ctx)
+        .arg("sidecar")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = sidecar.stdin.take().unwrap();
+        let line = json!({"id": 1, "method": "ingest", "params": {"agent_id": "a1", "peer_id": null, "user_message": "basil?"}});
+        writeln!(stdin, "{line}").unwrap();
+    }
+    let out = sidecar.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains(&format!("calls {}", after_run + 2)), "{stdout}");
+
+    // And once more by hand, after all those restarts.
+    let a =
+        cmd().args(["hook", "keeper", "ingest"]).write_stdin(r#"{"agent_id":"a1","message":"hi"}"#).assert().success();
+    assert_eq!(contents(&reply(&a)), [format!("calls {}", after_run + 3)]);
+    assert_eq!(calls(), after_run + 3);
+
+    assert_eq!(entries(&user), Vec::<String>::new(), "the user's own HOME stays empty");
+    assert_eq!(entries(&tmp), Vec::<String>::new(), "no hook temp dir is left");
+    assert_eq!(entries(&ctx.join("data")), ["keeper"]);
+    assert_eq!(entries(&ctx.join("hook-home/.librefang/plugins")), ["keeper"]);
+    assert!(
+        std::fs::read_to_string(ctx.join("hook-home/.librefang/logs/keeper.log")).unwrap().lines().count() as u64
+            == calls()
+    );
+    // The plugins that never ran: nothing of theirs but their own dirs.
+    let mut all = Vec::new();
+    walk(root.path(), &mut all);
+    let traces: Vec<&PathBuf> = all
+        .iter()
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().contains("idle")))
+        .filter(|p| !p.starts_with(plugins.join("idle-script")) && !p.starts_with(plugins.join("idle-worker")))
+        .collect();
+    assert!(traces.is_empty(), "{traces:?}");
+}
+
+/// State an older ctxhost (or LibreFang) left in the user's own
+/// `~/.librefang/plugins/<name>/` is named once when the plugin's new store
+/// is made; `[sandbox] hook_home = "~"` shares it instead (the hooks then
+/// write there, and only there, in the user's home).
+#[test]
+fn state_in_the_users_own_home_is_named_or_shared_on_request() {
+    let p = bash_probe(
+        "cat \"$HOME/.librefang/plugins/t/state\" 2>/dev/null || echo none\n\
+         echo new >> \"$HOME/.librefang/plugins/t/state\"",
+        "",
+    );
+    let home = user_home(p.root.path());
+    write(&home.join(".librefang/plugins/t/state"), "old\n");
+    let run = || {
+        p.cmd()
+            .env("HOME", &home)
+            .args(["hook", p.dir.to_str().unwrap(), "ingest"])
+            .write_stdin("{}")
+            .assert()
+            .success()
+    };
+
+    let a = run();
+    assert_eq!(contents(&reply(&a)), ["none"], "the hooks' HOME is not the user's");
+    let warned = stderr(&a);
+    assert!(warned.contains("holds state from before") && warned.contains("hook_home = \"~\""), "{warned}");
+    assert!(warned.contains(&home.join(".librefang/plugins/t").display().to_string()), "{warned}");
+    let a = run();
+    assert_eq!(contents(&reply(&a)), ["new"]);
+    assert!(!stderr(&a).contains("holds state from before"), "named once, when the new store is made");
+    assert_eq!(std::fs::read_to_string(home.join(".librefang/plugins/t/state")).unwrap(), "old\n");
+
+    write(&p.home.join("config.toml"), "[sandbox]\nhook_home = \"~\"\n");
+    let a = run();
+    assert_eq!(contents(&reply(&a)), ["old"], "shared on request");
+    assert_eq!(std::fs::read_to_string(home.join(".librefang/plugins/t/state")).unwrap(), "old\nnew\n");
+    assert_eq!(entries(&home.join(".librefang")), ["logs", "plugins"]);
 }

@@ -19,8 +19,9 @@ use serde_json::json;
 
 use crate::util::{require_program, write};
 
-/// For hooks that write a marker into `$HOME` (outside what the sandbox lets
-/// a hook write): the test reads it, so the hook must be able to write it.
+/// For hooks that write a marker into `$HOME` — the hooks' HOME inside
+/// ctxhost's home, outside what the sandbox lets a hook write: the test
+/// reads it, so the hook must be able to write it.
 const FS_OUTSIDE: &str = "allow_filesystem = true";
 
 /// A throwaway home (with its own user HOME for LibreFang-style state).
@@ -41,6 +42,11 @@ impl World {
 
     fn user_home(&self) -> PathBuf {
         self.root.path().join("user")
+    }
+
+    /// The HOME hooks see.
+    fn hook_home(&self) -> PathBuf {
+        self.home().hook_home()
     }
 
     fn plugin(&self, name: &str, files: &[(&str, &str)]) {
@@ -132,7 +138,10 @@ fn what_one_turn_teaches_a_later_turn_recalls_through_librefang_style_plugins() 
         let other = engine.ingest(&ingest("a2", "garden")).await.unwrap();
         assert_eq!(pairs(&other), [("agentlog".into(), "turns so far: 0".into())]);
     });
-    assert!(w.user_home().join(".librefang/plugins/notes/store.json").is_file());
+    // LibreFang's layout in the hooks' HOME, inside ctxhost's home; the
+    // user's own home stays empty.
+    assert!(w.home().hook_home().join(".librefang/plugins/notes/store.json").is_file());
+    assert_eq!(std::fs::read_dir(w.user_home()).unwrap().count(), 0);
 
     // Recall across a restart of the engine: memory and plugin state persist.
     drop(engine);
@@ -256,7 +265,7 @@ fn assemble_first_non_empty_reply_wins_and_is_repaired() {
     };
     let out = rt().block_on(engine.assemble(&request)).unwrap();
     assert_eq!(out, vec![pinned, Message::text(Role::User, "latest")], "orphan result dropped, pinned restored");
-    assert!(!w.user_home().join("never-ran").exists(), "the first non-empty reply ends the stack");
+    assert!(!w.hook_home().join("never-ran").exists(), "the first non-empty reply ends the stack");
 }
 
 #[test]
@@ -349,7 +358,7 @@ fn after_turn_text_is_cut_for_plugins_and_runs_in_the_background() {
     assert!(started.elapsed() < std::time::Duration::from_millis(250), "after_turn must not wait for plugins");
     rt.block_on(engine.settle());
     let seen: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(w.user_home().join("seen.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(w.hook_home().join("seen.json")).unwrap()).unwrap();
     assert_eq!(seen["messages"][0]["content"], "01234");
     assert_eq!(seen["messages"][1]["content"], "abcde");
 }
@@ -388,7 +397,7 @@ fn subagent_hooks_run_in_stack_order() {
     let rt = rt();
     rt.block_on(engine.prepare_subagent(&req)).unwrap();
     rt.block_on(engine.merge_subagent(&req)).unwrap();
-    let order = std::fs::read_to_string(w.user_home().join("order")).unwrap();
+    let order = std::fs::read_to_string(w.hook_home().join("order")).unwrap();
     assert_eq!(order, "first prepare\nsecond prepare\nfirst merge\nsecond merge\n");
 }
 
@@ -408,7 +417,7 @@ fn max_concurrent_hooks_queues_the_calls_beyond_it() {
     let started = std::time::Instant::now();
     rt().block_on(engine.ingest(&ingest("a", "x"))).unwrap();
     assert!(started.elapsed() >= std::time::Duration::from_millis(900), "ran concurrently: {:?}", started.elapsed());
-    let mut spans: Vec<(u128, u128)> = std::fs::read_dir(w.user_home())
+    let mut spans: Vec<(u128, u128)> = std::fs::read_dir(w.hook_home())
         .unwrap()
         .map(|e| {
             let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
@@ -468,7 +477,7 @@ fn stable_prefix_mode_skips_recall_entirely() {
     let rt = rt();
     rt.block_on(engine.after_turn(&turn("a", "remember the garden", "ok"))).unwrap();
     assert!(rt.block_on(engine.ingest(&ingest("a", "garden"))).unwrap().is_empty());
-    assert!(!w.user_home().join("ingest-ran").exists());
+    assert!(!w.hook_home().join("ingest-ran").exists());
 }
 
 #[test]
@@ -491,7 +500,7 @@ fn compact_takes_the_first_non_empty_answer() {
     let (engine, _) = w.engine();
     let out = rt().block_on(engine.compact(&CompactRequest::default())).unwrap();
     assert_eq!((out.messages, out.summary.as_deref()), (vec![Message::text(Role::User, "short")], Some("s")));
-    assert!(!w.user_home().join("late-ran").exists());
+    assert!(!w.hook_home().join("late-ran").exists());
 }
 
 #[test]
@@ -531,7 +540,7 @@ fn after_turn_beyond_the_queue_depth_is_not_sent() {
         engine.after_turn(&turn("a", "three", "x")).await.unwrap();
         engine.settle().await;
     });
-    let runs = std::fs::read_to_string(w.user_home().join("runs")).unwrap();
+    let runs = std::fs::read_to_string(w.hook_home().join("runs")).unwrap();
     assert_eq!(runs.lines().count(), 2, "the second turn found the queue full; the third ran");
 }
 

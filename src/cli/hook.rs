@@ -69,6 +69,8 @@ pub fn exec(args: HookArgs, home: &Home) -> CliResult {
     let (config, warnings) = HostConfig::load(home.config_file())?;
     show_warnings(&warnings);
     let cx = LoadContext { home, config: &config, host_env: &LoadContext::process_env };
+    // What an interrupted call or daemon left in the temp dir goes first.
+    crate::runner::process::tmp::remove_stale_in_temp_dir();
     let plugin = load_plugin(&dir, &cx)?;
     show_warnings(&plugin.warnings);
     // Host services for workers and components that call them; without an

@@ -106,6 +106,8 @@ pub fn demo(args: DemoArgs) -> CliResult {
 
 fn drive(home: &Home, config: &HostConfig, turns: &[Turn], output: &OutputArgs) -> CliResult {
     let cx = LoadContext { home, config, host_env: &LoadContext::process_env };
+    // What an interrupted run or daemon left in the temp dir goes first.
+    crate::runner::process::tmp::remove_stale_in_temp_dir();
     // Every plugin loaded once; the stack and the agent loop share the loads.
     let catalog = Catalog::load(&cx, &Options::start(config));
     show_warnings(&catalog.warnings());

@@ -119,9 +119,16 @@ pub(crate) fn script_runner_with(
     let env = env_plan(&manifest, cx, config_file.as_deref(), venv.as_deref(), caches);
     let mut launcher = match &venv {
         Some(venv) => {
-            process::Launcher::Program { program: crate::runner::process::venv::python(venv), args: Vec::new() }
+            let args = process::runtime_info(&Runtime::Python).args.iter().map(std::ffi::OsString::from).collect();
+            process::Launcher::Program { program: crate::runner::process::venv::python(venv), args }
         }
-        None => process::resolve_launcher(&manifest.settings.runtime, &manifest.dir, env.base(), &cx.home.cache_dir()),
+        None => process::resolve_launcher(
+            &manifest.settings.runtime,
+            &manifest.dir,
+            env.base(),
+            cx.user_home().as_deref(),
+            &cx.home.cache_dir(),
+        ),
     };
     if let process::Launcher::Program { args, .. } = &mut launcher {
         args.extend(host_files.launcher_args.iter().cloned());
@@ -133,8 +140,8 @@ pub(crate) fn script_runner_with(
 }
 
 /// The plugin's sandbox, from its effective privileges (after the grant) and
-/// what the hook will run: its launcher, virtual environment, and the host's
-/// HOME and passthrough path variables (not the manifest's `[env]`, which
+/// what the hook will run: its launcher, virtual environment, the user's and
+/// the hook's HOME and the host's passthrough path variables (not the manifest's `[env]`, which
 /// the plugin itself could widen).
 fn confinement(
     manifest: &Manifest,
@@ -154,7 +161,13 @@ fn confinement(
         .filter(|p| p.is_absolute())
         .chain(host_readable.iter().cloned())
         .collect();
-    let home = var("HOME").map(PathBuf::from);
+    let (user_home, hook_home) = (cx.user_home(), cx.hook_home());
+    // Shared by every plugin (what is made for one plugin waits for its
+    // first call): a HOME that exists, for plugins the sandbox does not
+    // confine too.
+    if let Err(e) = Home::ensure_dir(&hook_home) {
+        tracing::warn!("the hooks' HOME: {e}");
+    }
     let program = match launcher {
         process::Launcher::Program { program, .. } => Some(program.as_path()),
         _ => None,
@@ -164,7 +177,8 @@ fn confinement(
         settings: &manifest.settings,
         plugin_dir: &manifest.dir,
         data_dir,
-        user_home: home.as_deref(),
+        user_home: user_home.as_deref(),
+        hook_home: Some(&hook_home),
         launcher: program,
         venv,
         path_vars,

@@ -3,7 +3,8 @@
 //! environment may reach a hook.
 //!
 //! Order: `LIBREFANG_AGENT_ID`, `LIBREFANG_MESSAGE`, `LIBREFANG_RUNTIME`;
-//! `PATH`, `HOME`; the runtime's passthrough variables; the host's
+//! `PATH`, `HOME` (the hook home inside ctxhost's home, never the user's:
+//! see [`crate::host::LoadContext::hook_home`]); the runtime's passthrough variables; the host's
 //! `allowed_env_vars`; with the filesystem confined, the runtime's caches
 //! moved into the plugin's data dir (`GOCACHE`, `GOPATH`, `GOMODCACHE`,
 //! `npm_config_cache`, `DENO_DIR`, …); a python plugin's virtual environment (`VIRTUAL_ENV`,
@@ -62,6 +63,9 @@ pub struct EnvInputs<'a> {
     /// Where the runtime's caches go when the filesystem is confined (the
     /// plugin's data dir); `None` leaves them where the runtime puts them.
     pub cache_dir: Option<&'a Path>,
+    /// The hook's `HOME` (`None`: the host's, for a plan that never runs a
+    /// hook).
+    pub home: Option<&'a Path>,
     pub host: &'a dyn Fn(&str) -> Option<OsString>,
 }
 
@@ -69,15 +73,15 @@ impl EnvPlan {
     pub fn new(i: EnvInputs<'_>) -> EnvPlan {
         let settings = &i.manifest.settings;
         let mut base = Pairs::new();
-        let mut from_host = |name: &str| {
-            if let Some(v) = (i.host)(name) {
+        let mut from_host = |name: &str, hook_value: Option<&Path>| {
+            if let Some(v) = hook_value.map(OsString::from).or_else(|| (i.host)(name)) {
                 base.push((name.into(), v));
             }
         };
-        from_host("PATH");
-        from_host("HOME");
-        i.passthrough.iter().for_each(|n| from_host(n));
-        i.allowed_env_vars.iter().filter(|n| valid_env_name(n)).for_each(|n| from_host(n));
+        from_host("PATH", None);
+        from_host("HOME", i.home);
+        i.passthrough.iter().for_each(|n| from_host(n, None));
+        i.allowed_env_vars.iter().filter(|n| valid_env_name(n)).for_each(|n| from_host(n, None));
         if let Some(dir) = i.cache_dir {
             base.extend(runtime_caches(&settings.runtime, dir));
         }
@@ -215,6 +219,7 @@ mod tests {
             config_file: Some(Path::new("/cfg.json")),
             venv: None,
             cache_dir: None,
+            home: Some(Path::new("/ctx/hook-home")),
             host: &host,
         });
         (dir, plan)
@@ -266,6 +271,7 @@ mod tests {
         assert_eq!(effective(&env, "LIBREFANG_MESSAGE").as_deref(), Some("m"));
         assert_eq!(effective(&env, "LIBREFANG_MAX_MEMORY_MB").as_deref(), Some("5"));
         assert_eq!(effective(&env, "TMPDIR").as_deref(), Some("/tmp/call"));
+        assert_eq!(effective(&env, "HOME").as_deref(), Some("/ctx/hook-home"), "the hook home, not the user's");
     }
 
     #[test]

@@ -41,7 +41,11 @@ pub fn info(runtime: &Runtime) -> RuntimeInfo {
     match runtime {
         Runtime::Python => r(
             &["python3", "python", "py"],
-            &[],
+            // No bytecode written: a hook importing a module of its own
+            // would leave `__pycache__/` in the plugin's dir (an argument,
+            // not PYTHONDONTWRITEBYTECODE: the environment stays the spec's,
+            // and FaustBot's isolated `-I` worker would ignore the variable).
+            &["-B"],
             &["PYTHONPATH", "VIRTUAL_ENV", "PYTHONIOENCODING"],
             // Isolated (`-I`): the query runs from the plugin dir, which must
             // not be on `sys.path`, and ignores `PYTHON*` variables.

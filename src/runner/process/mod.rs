@@ -41,12 +41,15 @@ use crate::protocol::{HookRequest, parse_stdout};
 
 /// Resolves the launcher of `runtime` for a plugin in `plugin_dir`: found on
 /// `PATH` once, and seen through version-manager shims (cached under
-/// `cache_dir`). Never fails: a missing launcher is recorded and reported by
-/// each call and by the doctor.
+/// `cache_dir`). A shim is asked with the hook environment but the user's
+/// own `HOME` (`user_home`: where the managers keep their global version
+/// files), not the hook home. Never fails: a missing launcher is recorded
+/// and reported by each call and by the doctor.
 pub fn resolve_launcher(
     runtime: &Runtime,
     plugin_dir: &Path,
     hook_env: &[(OsString, OsString)],
+    user_home: Option<&Path>,
     cache_dir: &Path,
 ) -> Launcher {
     let info = runtime_info(runtime);
@@ -77,13 +80,17 @@ pub fn resolve_launcher(
     let args = info.args.iter().map(OsString::from).collect();
     let program = match info.exe_query {
         Some(exe_query) if shim::is_shim(&found) => {
-            let user_home = last(hook_env, "HOME").map(Path::new);
+            let mut env = hook_env.to_vec();
+            if let Some(home) = user_home {
+                env.retain(|(k, _)| k != "HOME");
+                env.push(("HOME".into(), home.into()));
+            }
             let query = shim::ShimQuery {
                 shim: &found,
                 plugin_dir,
                 exe_query,
                 append_bin: (*runtime == Runtime::Go).then_some("go"),
-                env: hook_env,
+                env: &env,
                 user_home,
             };
             match shim::resolve(&query, cache_dir) {
@@ -104,8 +111,8 @@ fn last<'a>(env: &'a [(OsString, OsString)], name: &str) -> Option<&'a std::ffi:
     env.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_os_str())
 }
 
-/// A per-call temporary directory, removed when dropped — also when the hook
-/// left parts of it unwritable (the group is dead by then).
+/// A per-call temporary directory, removed when dropped ([`remove_tree_soon`])
+/// — also when the hook left parts of it unwritable (the group is dead by then).
 struct CallTmp(std::path::PathBuf);
 
 impl CallTmp {
@@ -115,17 +122,37 @@ impl CallTmp {
 }
 
 impl Drop for CallTmp {
-    /// Removal is taken off the call's path when a runtime is at hand: on a
-    /// filesystem mounted with `discard`, freeing a directory's block waits
-    /// for the disk (~0.1-0.5 ms here), which the caller need not wait for.
-    /// Dropping the runtime waits for these blocking tasks, so a `ctxhost
-    /// hook` run still exits with the directory gone.
     fn drop(&mut self) {
-        let path = std::mem::take(&mut self.0);
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => drop(handle.spawn_blocking(move || remove_tree(&path))),
-            Err(_) => remove_tree(&path),
-        }
+        remove_tree_soon(std::mem::take(&mut self.0));
+    }
+}
+
+/// A hook's temporary directory, removed when this is dropped — wherever
+/// that happens.
+pub(crate) struct Removal(pub(crate) std::path::PathBuf);
+
+impl Drop for Removal {
+    fn drop(&mut self) {
+        remove_tree(&self.0);
+    }
+}
+
+/// Removes a hook's temporary directory, off the caller's path when a
+/// runtime is at hand: on a filesystem mounted with `discard`, freeing a
+/// directory's block waits for the disk (~0.1-0.5 ms here), which a call
+/// need not wait for. The blocking task owns the [`Removal`], so the
+/// directory goes on every path: the task runs it; or a runtime shutting
+/// down drops the task unrun (tokio drops queued and refused blocking tasks
+/// at shutdown) and the drop removes it there and then; without a runtime
+/// it goes at once.
+pub(crate) fn remove_tree_soon(path: std::path::PathBuf) {
+    if path.as_os_str().is_empty() {
+        return;
+    }
+    let removal = Removal(path);
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => drop(handle.spawn_blocking(move || drop(removal))),
+        Err(_) => drop(removal),
     }
 }
 
@@ -208,6 +235,7 @@ impl ProcessRunner {
         let base_secs = options.timeout_secs.unwrap_or(manifest.settings.hook_timeout_secs);
         let secs = base_secs.saturating_mul(u64::from(hook.timeout_factor()));
         if let Some(workers) = &self.workers {
+            self.own_dirs().await;
             // The path is checked when a worker starts (a running worker has
             // its script loaded already).
             let timeout = Duration::from_secs(secs);
@@ -217,6 +245,7 @@ impl ProcessRunner {
         // an escaping symlink since load.
         let path = check_hook_path(&manifest.dir, &script.raw)?;
         let command = self.plugin.launcher.command_for(&path).map_err(HookError::Launch)?;
+        self.own_dirs().await;
         let tmp = CallTmp::create(&manifest.name).map_err(HookError::Io)?;
         let env = {
             let overrides = self.overrides.read().map(|o| o.clone()).unwrap_or_default();
@@ -239,6 +268,18 @@ impl ProcessRunner {
         drop(tmp);
         let stdout = finished.check_status()?;
         Ok(parse_stdout(&stdout)?)
+    }
+}
+
+impl ProcessRunner {
+    /// The plugin's own dirs (data dir, LibreFang store), made before its
+    /// first process — on the blocking pool: as root this gives them to the
+    /// hook uid, walking their trees. Made once; later calls pay a load.
+    async fn own_dirs(&self) {
+        if !self.plugin.confinement.own_dirs_made() {
+            let confinement = self.plugin.confinement.clone();
+            let _ = tokio::task::spawn_blocking(move || confinement.make_own_dirs()).await;
+        }
     }
 }
 

@@ -17,6 +17,7 @@ pub fn env_plan(
     venv: Option<&Path>,
     cache_dir: Option<&Path>,
 ) -> EnvPlan {
+    let home = cx.hook_home();
     EnvPlan::new(EnvInputs {
         manifest,
         passthrough: super::runtime_info(&manifest.settings.runtime).passthrough,
@@ -24,6 +25,7 @@ pub fn env_plan(
         config_file,
         venv,
         cache_dir,
+        home: Some(&home),
         host: cx.host_env,
     })
 }
@@ -34,5 +36,12 @@ pub fn env_plan(
 /// builds a python plugin's environment with it.
 pub fn system_launcher(manifest: &Manifest, cx: &LoadContext<'_>) -> Launcher {
     let env = env_plan(manifest, cx, None, None, None);
-    super::resolve_launcher(&manifest.settings.runtime, &manifest.dir, env.base(), &cx.home.cache_dir())
+    let user_home = cx.user_home();
+    super::resolve_launcher(
+        &manifest.settings.runtime,
+        &manifest.dir,
+        env.base(),
+        user_home.as_deref(),
+        &cx.home.cache_dir(),
+    )
 }

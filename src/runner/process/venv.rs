@@ -480,6 +480,8 @@ fn confinement(
         plugin_dir: real,
         data_dir: cache,
         user_home: home.as_deref(),
+        // pip needs no LibreFang dirs (and gets the user's HOME for pip.conf).
+        hook_home: None,
         launcher: Some(req.base_python),
         venv: None,
         path_vars: readable,

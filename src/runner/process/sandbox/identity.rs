@@ -14,7 +14,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -54,23 +54,48 @@ pub fn can_search(meta: &std::fs::Metadata, uid: u32, gid: u32) -> bool {
 /// # Errors
 /// `dir` cannot be opened as a directory (a symlink is refused) or changed.
 pub fn give_tree(dir: &Path, uid: u32, gid: u32) -> io::Result<()> {
-    let meta = std::fs::symlink_metadata(dir)?;
-    if !meta.is_dir() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("`{}` is not a directory", dir.display())));
-    }
-    if meta.uid() == uid && meta.gid() == gid {
-        return Ok(());
-    }
     let path = CString::new(dir.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: a valid C string; the fd is owned below.
     let fd =
         unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC) };
     if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("`{}`: {e}", dir.display())));
+    }
+    // SAFETY: just opened, owned by nobody else.
+    give_opened(&unsafe { OwnedFd::from_raw_fd(fd) }, uid, gid)
+}
+
+/// [`give_tree`] of the directory `pinned` refers to (an `O_PATH` fd is
+/// enough): no path is looked up again, so a directory pinned when it was
+/// made is the one given, whatever was renamed since.
+///
+/// # Errors
+/// `pinned` is not a directory, or it cannot be changed.
+pub fn give_tree_at(pinned: BorrowedFd<'_>, uid: u32, gid: u32) -> io::Result<()> {
+    // SAFETY: openat of "." relative to a live fd; the fd is owned below.
+    let fd = unsafe {
+        libc::openat(pinned.as_raw_fd(), c".".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC)
+    };
+    if fd < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: just opened, owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    give_children(&fd, meta.dev(), uid, gid, 0)?;
+    give_opened(&unsafe { OwnedFd::from_raw_fd(fd) }, uid, gid)
+}
+
+/// Gives the open directory `fd` and its tree, unless it is theirs already.
+fn give_opened(fd: &OwnedFd, uid: u32, gid: u32) -> io::Result<()> {
+    // SAFETY: `stat` is plain integers: all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat into a local.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if st.st_uid == uid && st.st_gid == gid {
+        return Ok(());
+    }
+    give_children(fd, st.st_dev, uid, gid, 0)?;
     // SAFETY: fchown on an fd we own.
     if unsafe { libc::fchown(fd.as_raw_fd(), uid, gid) } != 0 {
         return Err(io::Error::last_os_error());

@@ -80,8 +80,9 @@ struct Plan {
     confined: bool,
     /// As root: the uid and gid the hooks run as.
     hook_id: Option<u32>,
-    /// As root: covers that let the hook's uid reach its roots (a template).
-    view: Option<view::View>,
+    /// As root: covers that let the hook's uid reach its roots (a template),
+    /// planned at the first process, once the plugin's own dirs are made.
+    view: std::sync::OnceLock<Option<view::View>>,
     /// Which seccomp rules apply.
     seccomp_mode: seccomp::Mode,
     /// Enter a fresh network namespace.
@@ -99,8 +100,11 @@ pub struct Inputs<'a> {
     pub settings: &'a ExecSettings,
     pub plugin_dir: &'a Path,
     pub data_dir: &'a Path,
-    /// The hook's `HOME`.
+    /// The real `HOME` of ctxhost's user (never reachable whole).
     pub user_home: Option<&'a Path>,
+    /// The hook's `HOME`, holding LibreFang's layout; `None`: no LibreFang
+    /// dirs (an installer).
+    pub hook_home: Option<&'a Path>,
     pub launcher: Option<&'a Path>,
     pub venv: Option<&'a Path>,
     /// Directories of the runtime's passthrough path variables.
@@ -159,6 +163,7 @@ impl Confinement {
                 plugin_dir: i.plugin_dir,
                 data_dir: i.data_dir,
                 user_home: i.user_home,
+                hook_home: i.hook_home,
                 launcher: i.launcher,
                 venv: i.venv,
                 path_vars: i.path_vars,
@@ -169,18 +174,11 @@ impl Confinement {
             warnings.extend(w);
             policy
         });
-        let view = match (&fs, hook_id) {
-            (Some(policy), Some(id)) if features.pidns => {
-                let view = view::View::plan(&view_roots(policy), id, id);
-                (!view.is_empty()).then_some(view)
-            }
-            _ => None,
-        };
         let plan = Plan {
             fs,
             confined,
             hook_id,
-            view,
+            view: std::sync::OnceLock::new(),
             seccomp_mode: if i.installer || hook_id.is_some() || s.allow_filesystem {
                 seccomp::Mode::OwnerChecked
             } else {
@@ -193,6 +191,22 @@ impl Confinement {
             shared_net: std::sync::OnceLock::new(),
         };
         Ok((Confinement { plan: Some(Arc::new(plan)) }, warnings))
+    }
+
+    /// Whether the plugin's own dirs (data dir, LibreFang store and logs)
+    /// are made already, or there are none to make.
+    pub fn own_dirs_made(&self) -> bool {
+        self.plan.as_ref().and_then(|p| p.fs.as_ref()).is_none_or(fs::FsPolicy::own_dirs_made)
+    }
+
+    /// Makes the plugin's own dirs (see [`fs::FsPolicy::own_dirs`]): what
+    /// its first process needs, never done at load. [`Confinement::prepare`]
+    /// does it too; a caller on the async runtime runs this on the blocking
+    /// pool first (as root, it walks the trees it gives to the hook uid).
+    pub fn make_own_dirs(&self) {
+        if let Some(policy) = self.plan.as_ref().and_then(|p| p.fs.as_ref()) {
+            policy.own_dirs();
+        }
     }
 
     /// Whether the filesystem is confined (Landlock applies).
@@ -329,11 +343,19 @@ impl Confinement {
 /// The covers of one process: the plugin's template, plus its TMPDIR when
 /// that lies below a directory the hook's uid cannot walk through.
 fn plan_view(plan: &Plan, tmpdir: Option<&Path>, id: u32) -> io::Result<Option<view::View>> {
+    // The plugin's template, planned once its own dirs exist (the first process).
+    let template = plan.view.get_or_init(|| match &plan.fs {
+        Some(policy) if plan.features.pidns => {
+            let view = view::View::plan(&view_roots(policy), id, id);
+            (!view.is_empty()).then_some(view)
+        }
+        _ => None,
+    });
     let tmp_blocked = tmpdir.is_some_and(|t| view::blocked(t, id, id));
     if !tmp_blocked {
-        return Ok(plan.view.clone());
+        return Ok(template.clone());
     }
-    let (Some(policy), Some(tmp)) = (&plan.fs, tmpdir) else { return Ok(plan.view.clone()) };
+    let (Some(policy), Some(tmp)) = (&plan.fs, tmpdir) else { return Ok(template.clone()) };
     let tmp_fd = fs::open_path(tmp)?;
     let mut roots = view_roots(policy);
     roots.push(view::Root { path: tmp, fd: tmp_fd.as_raw_fd() });

@@ -41,9 +41,9 @@ use crate::protocol::HookName;
 use crate::runner::HookError;
 use crate::runner::process::launcher::CommandLine;
 use crate::runner::process::oneshot::{ExitWatch, GroupKill, StderrLog, drain};
-use crate::runner::process::remove_tree;
 use crate::runner::process::sandbox::{Cleanup, Confinement};
 use crate::runner::process::spawn::{SpawnSpec, Spawned, spawn};
+use crate::runner::process::{Removal, remove_tree, remove_tree_soon};
 
 /// The longest reply line (spec section 7).
 pub const MAX_REPLY: usize = 4 * 1024 * 1024;
@@ -590,7 +590,10 @@ impl Worker {
         self.kill().await;
         self.stderr_tail().await;
         if let Some(dir) = self.tmpdir.take() {
-            let _ = tokio::task::spawn_blocking(move || remove_tree(&dir)).await;
+            // Awaited: a stopped worker's TMPDIR is gone when `stop` returns
+            // (or, the runtime shutting down, when the unrun task is dropped).
+            let removal = Removal(dir);
+            let _ = tokio::task::spawn_blocking(move || drop(removal)).await;
         }
     }
 }
@@ -605,10 +608,7 @@ impl Drop for Worker {
         }
         if let Some(dir) = self.tmpdir.take() {
             // A large TMPDIR must not stall a runtime thread.
-            match tokio::runtime::Handle::try_current() {
-                Ok(handle) => drop(handle.spawn_blocking(move || remove_tree(&dir))),
-                Err(_) => remove_tree(&dir),
-            }
+            remove_tree_soon(dir);
         }
     }
 }
