@@ -1,5 +1,7 @@
-//! Per plugin, per hook counters and a latency histogram, shared by every
-//! plugin kind. Recording is a short lock; views are computed on demand.
+//! Per plugin, per hook counters, a latency histogram (for exporters that
+//! aggregate, Prometheus) and the latencies of the last [`WINDOW`] calls (for
+//! exact percentiles), shared by every plugin kind. Recording is a short
+//! lock; views are computed on demand.
 //!
 //! Persistent workers (spec section 7) add two counters per plugin and hook:
 //! workers replaced after a fault (`worker_respawns`) and calls retried on a
@@ -22,6 +24,9 @@ use crate::protocol::HookName;
 /// Upper bounds of the latency buckets, in milliseconds (the last is open).
 const BUCKETS_MS: [f64; 16] =
     [0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 30000.0];
+
+/// Percentiles are exact over this many most recent calls of one plugin's hook.
+pub const WINDOW: usize = 1024;
 
 /// How one call of one plugin's hook ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,7 +85,22 @@ struct Stats {
     fallbacks: u64,
     total_ms: f64,
     buckets: [u64; BUCKETS_MS.len() + 1],
+    /// The latencies (ms) of the last [`WINDOW`] calls, a ring: `next` is
+    /// where the next one goes once it is full.
+    recent: Vec<f64>,
+    next: usize,
     worker: WorkerCounts,
+}
+
+impl Stats {
+    fn remember(&mut self, ms: f64) {
+        if self.recent.len() < WINDOW {
+            self.recent.push(ms);
+        } else {
+            self.recent[self.next] = ms;
+            self.next = (self.next + 1) % WINDOW;
+        }
+    }
 }
 
 /// The metrics of one plugin's hook.
@@ -92,7 +112,8 @@ pub struct HookMetrics {
     pub failures: u64,
     pub fallbacks: u64,
     pub total_ms: f64,
-    /// Upper bounds from the histogram buckets.
+    /// Percentiles of the latency (nearest rank), exact over the last
+    /// [`WINDOW`] calls; 0 before the first call.
     pub p50_ms: f64,
     pub p90_ms: f64,
     pub p99_ms: f64,
@@ -183,6 +204,7 @@ impl Metrics {
         s.total_ms += ms;
         let bucket = BUCKETS_MS.iter().position(|&b| ms <= b).unwrap_or(BUCKETS_MS.len());
         s.buckets[bucket] += 1;
+        s.remember(ms);
     }
 
     /// Counts one persistent-worker event of `plugin`'s `hook`.
@@ -260,16 +282,12 @@ impl Metrics {
 }
 
 fn view(s: &Stats) -> HookMetrics {
+    let mut sorted = s.recent.clone();
+    sorted.sort_by(f64::total_cmp);
     let quantile = |q: f64| {
-        let target = (q * s.calls as f64).ceil().max(1.0) as u64;
-        let mut seen = 0;
-        for (i, n) in s.buckets.iter().enumerate() {
-            seen += n;
-            if seen >= target {
-                return BUCKETS_MS.get(i).copied().unwrap_or(f64::INFINITY);
-            }
-        }
-        0.0
+        // Nearest rank: the smallest value with at least q of them at or under it.
+        let rank = (q * sorted.len() as f64).ceil() as usize;
+        sorted.get(rank.saturating_sub(1)).copied().unwrap_or(0.0)
     };
     HookMetrics {
         calls: s.calls,
@@ -299,7 +317,7 @@ mod tests {
         m.record("q", HookName::Ingest, Duration::from_millis(3), CallOutcome::Failure);
         let v = &m.by_plugin()["p"]["ingest"];
         assert_eq!((v.calls, v.successes, v.failures, v.fallbacks), (100, 90, 10, 10));
-        assert_eq!((v.p50_ms, v.p90_ms, v.p99_ms), (1.0, 1.0, 50.0));
+        assert_eq!((v.p50_ms, v.p90_ms, v.p99_ms), (0.8, 0.8, 40.0), "real latencies, not bucket bounds");
         let flat = &m.flat()["ingest"];
         assert_eq!((flat.calls, flat.successes, flat.failures), (101, 90, 11));
         assert!(!m.flat().contains_key("assemble"));
@@ -310,6 +328,33 @@ mod tests {
         assert_eq!(h[0].buckets.last().map(|b| b.1), Some(100));
         assert!((h[0].sum_seconds - (90.0 * 0.0008 + 10.0 * 0.04)).abs() < 1e-9);
         assert_eq!((v.worker_respawns, v.worker_retries), (0, 0));
+    }
+
+    #[test]
+    fn percentiles_are_exact_over_the_last_calls() {
+        let m = Metrics::default();
+        // 1..=100 ms, shuffled: p50 is 50, p90 90, p99 99 (nearest rank).
+        for i in 0..100u64 {
+            let ms = (i * 37) % 100 + 1;
+            m.record("p", HookName::Assemble, Duration::from_millis(ms), CallOutcome::Success);
+        }
+        let v = &m.by_plugin()["p"]["assemble"];
+        assert_eq!((v.p50_ms, v.p90_ms, v.p99_ms), (50.0, 90.0, 99.0));
+        // Three calls: 7, 12, 300 ms — the median is 12, not a bucket's bound.
+        for ms in [300, 7, 12] {
+            m.record("q", HookName::Ingest, Duration::from_millis(ms), CallOutcome::Success);
+        }
+        let v = &m.by_plugin()["q"]["ingest"];
+        assert_eq!((v.p50_ms, v.p99_ms), (12.0, 300.0));
+        // Only the last WINDOW calls count: slow calls long ago drop out.
+        for _ in 0..WINDOW {
+            m.record("q", HookName::Ingest, Duration::from_micros(2500), CallOutcome::Success);
+        }
+        let v = &m.by_plugin()["q"]["ingest"];
+        assert_eq!((v.calls, v.p50_ms, v.p99_ms), (WINDOW as u64 + 3, 2.5, 2.5));
+        let h = m.histograms();
+        assert_eq!(h[1].buckets.last().map(|b| b.1), Some(WINDOW as u64 + 3), "the histogram keeps every call");
+        assert_eq!(Metrics::default().by_plugin().get("p"), None);
     }
 
     #[test]

@@ -415,3 +415,63 @@ fn run_help_shows_the_memory_option_with_an_example() {
     assert!(out.contains("ctxhost run --transcript chat.jsonl --memory chat-memory.db"), "{out}");
     assert!(out.contains("throw-away"), "{out}");
 }
+
+/// The metrics table of `ctxhost run` shows measured percentiles, not the
+/// bounds of histogram buckets (50, 100, 200, 500, …).
+#[test]
+fn run_metrics_show_real_latency_percentiles() {
+    let p = TestPlugin::bash("ingest", "cat > /dev/null\nsleep 0.13\necho '{\"memories\":[]}'\n", "");
+    write(&p.home.join("config.toml"), "[context_engine]\nplugin = \"t\"\n");
+    let plugins = p.dir.parent().unwrap().to_str().unwrap().to_owned();
+    let transcript = p.root.path().join("chat.jsonl");
+    write(&transcript, &"{\"user\":\"hello\",\"assistant\":\"hi\"}\n".repeat(3));
+    let a = p.cmd().args(["--plugins-dir", &plugins, "run", "--transcript"]).arg(&transcript).assert().success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    let header = out.lines().find(|l| l.trim_start().starts_with("plugin ")).unwrap_or_else(|| panic!("{out}"));
+    assert!(header.ends_with("p50 ms   p99 ms"), "{header}");
+    let row: Vec<&str> = out
+        .lines()
+        .find(|l| l.split_whitespace().take(2).eq(["t", "ingest"]))
+        .unwrap_or_else(|| panic!("no ingest row: {out}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[2..6], ["3", "3", "0", "0"], "calls, ok, failed, fallbacks: {row:?}");
+    let (p50, p99): (f64, f64) = (row[6].parse().unwrap(), row[7].parse().unwrap());
+    assert!(p50 >= 130.0 && p99 >= p50, "the hook sleeps 130 ms: p50 {p50}, p99 {p99}");
+    const BOUNDS: [f64; 6] = [200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0];
+    assert!(!BOUNDS.contains(&p50) && !BOUNDS.contains(&p99), "measured, not bucket bounds: {row:?}");
+
+    let a =
+        p.cmd().args(["--plugins-dir", &plugins, "run", "--json", "--transcript"]).arg(&transcript).assert().success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    let metrics: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let ingest = &metrics["metrics"]["plugins"]["t"]["ingest"];
+    let p50 = ingest["p50_ms"].as_f64().unwrap();
+    assert!(p50 >= 130.0 && !BOUNDS.contains(&p50), "{ingest}");
+}
+
+/// A newcomer's request for `tool_call_pre` with `tool_name` (the field is
+/// `name`): warned about on stderr with the nearest field, and still run with
+/// the request as given.
+#[test]
+fn hook_warns_about_unknown_request_fields_and_still_runs() {
+    let p = TestPlugin::bash("tool_call_pre", "cat > \"$0.request\"\necho '{\"action\":\"pass\"}'\n", "");
+    let a = p.hook("tool_call_pre", r#"{"tool_name":"shell_exec","args":{"command":"ls"},"agent_id":"a1"}"#).success();
+    assert_eq!(reply(&a), serde_json::json!({"action": "pass"}));
+    let err = stderr(&a);
+    assert!(
+        err.contains(
+            "a `tool_call_pre` request has no field `tool_name`; did you mean `name`? \
+             (its fields: agent_id, name, args); it is sent to the plugin as given"
+        ),
+        "{err}"
+    );
+    assert_eq!(err.matches("has no field").count(), 1, "known fields are not warned about: {err}");
+    let received: Value =
+        serde_json::from_str(&std::fs::read_to_string(p.dir.join("hooks/tool_call_pre.sh.request")).unwrap()).unwrap();
+    assert_eq!(received["tool_name"], "shell_exec", "the request reached the plugin as given");
+
+    // A request with only known fields: no warning.
+    let a = p.hook("tool_call_pre", r#"{"type":"tool_call_pre","name":"ls","args":{}}"#).success();
+    assert!(!stderr(&a).contains("has no field"), "{}", stderr(&a));
+}

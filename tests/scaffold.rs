@@ -317,8 +317,17 @@ fn human_output_names_the_path_and_the_next_steps() {
         .success();
     let out = String::from_utf8_lossy(&assert.get_output().stdout).into_owned();
     let path = dir.join("shout").canonicalize().unwrap();
+    let home = root.path().join("home");
     assert!(out.starts_with(&format!("Created rust plugin `shout` in {}\n", path.display())), "{out}");
-    assert!(out.contains(&format!("  cd {}\n  cargo build --release\n  ctxhost hook . after_turn", path.display())));
+    assert!(
+        out.contains(&format!(
+            "  cd {}\n  cargo build --release\n  ctxhost --home {} hook . after_turn",
+            path.display(),
+            home.display()
+        )),
+        "the next steps keep the --home given: {out}"
+    );
+    assert!(out.contains(&format!("  ctxhost --home {} hook . ingest", home.display())), "{out}");
     assert!(out.contains("Then edit src/lib.rs"), "{out}");
     // --dir wins over the plugins dir; the description is escaped into TOML.
     assert!(!root.path().join("home/plugins/shout").exists());
@@ -387,7 +396,7 @@ fn an_unknown_runtime_lists_the_valid_ones() {
     assert_eq!(
         stderr(&assert),
         "error: unknown runtime 'pyhton'; did you mean `python`? Valid runtimes: python, node, deno, go, ruby, \
-         bash, bun, php, lua, v, native, rust (wasm = rust; the aliases of spec section 4 work too)\n"
+         bash, bun, php, lua, v, native, rust (wasm = rust; aliases such as py, js, ts, golang, rb and sh work too)\n"
     );
     let assert = ctxhost()
         .arg("--plugins-dir")
@@ -429,4 +438,135 @@ fn the_library_call_the_scaffold_route_makes() {
     let err = scaffold(&file, &ScaffoldRequest { name: "x", ..request }).unwrap_err();
     assert!(matches!(err, ScaffoldError::Io { ref path, .. } if path == &file), "{err:?}");
     assert_eq!(entries(&plugins), ["notes"]);
+}
+
+/// The next steps keep `--home` and `--config` (made absolute: they start with
+/// a `cd`), and work as printed: run in a shell, the ingest step recalls what
+/// the after_turn step stored, in that home.
+#[test]
+fn next_steps_keep_the_home_and_config_given_and_work_as_printed() {
+    require_program("python3", "python3");
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("work")).unwrap();
+    std::fs::write(root.path().join("work/my.toml"), "[context_engine]\n").unwrap();
+    let assert = ctxhost()
+        .current_dir(root.path().join("work"))
+        .args(["--home", "../h", "--config", "my.toml", "new", "notes", "--json"])
+        .assert()
+        .success();
+    let report = reply(&assert);
+    let home = root.path().join("h").canonicalize().unwrap();
+    let config = root.path().join("work/my.toml").canonicalize().unwrap();
+    let steps: Vec<&str> = report["next_steps"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    let flags = format!("ctxhost --home {} --config {} hook . ", home.display(), config.display());
+    assert!(steps[1].starts_with(&format!("{flags}after_turn")), "{steps:?}");
+    assert!(steps[2].starts_with(&format!("{flags}ingest")), "{steps:?}");
+    assert_eq!(report["warnings"], json!([]), "python3 is installed");
+
+    // Run them as printed, with this build as `ctxhost`, from another directory.
+    let bin = root.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(assert_cmd::cargo::cargo_bin("ctxhost"), bin.join("ctxhost")).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let out = std::process::Command::new("bash")
+        .args(["-c", &steps.join(" && ")])
+        .current_dir(root.path())
+        .env("PATH", path)
+        .env_remove("CTXHOST_HOME")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let ingest: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(ingest["memories"], json!([{"content": "My cat is called Miso"}]), "{stdout}");
+    assert!(home.join("state.db").exists(), "the hooks ran with the home given");
+    assert!(!root.path().join("work/notes").exists());
+}
+
+/// Without its runtime on PATH, every template but native is still created,
+/// with a warning naming the install command, which also heads the next steps.
+#[test]
+fn a_runtime_missing_from_path_is_warned_about_with_its_install_command() {
+    let root = tempfile::tempdir().unwrap();
+    let empty = root.path().join("empty-path");
+    std::fs::create_dir_all(&empty).unwrap();
+    let install = [
+        ("python", "sudo apt-get install python3"),
+        ("node", "sudo apt-get install nodejs"),
+        ("deno", "curl -fsSL https://deno.land/install.sh | sh"),
+        ("go", "sudo apt-get install golang-go"),
+        ("ruby", "sudo apt-get install ruby"),
+        ("bash", "sudo apt-get install bash"),
+        ("bun", "curl -fsSL https://bun.sh/install | bash"),
+        ("php", "sudo apt-get install php-cli"),
+        ("lua", "sudo apt-get install lua5.4"),
+        ("v", "git clone --depth=1 https://github.com/vlang/v && cd v && make && sudo ./v symlink"),
+        ("rust", "curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh"),
+    ];
+    for (runtime, command) in install {
+        let name = format!("p-{runtime}");
+        let assert = ctxhost()
+            .arg("--plugins-dir")
+            .arg(root.path().join("plugins"))
+            .args(["new", &name, "--runtime", runtime])
+            .env("PATH", &empty)
+            .assert()
+            .success();
+        let err = stderr(&assert);
+        let out = String::from_utf8_lossy(&assert.get_output().stdout).into_owned();
+        assert!(root.path().join("plugins").join(&name).join("plugin.toml").is_file(), "{runtime}: created");
+        assert!(err.contains("is not on PATH, so this plugin's hooks cannot run yet."), "{runtime}: {err}");
+        assert!(err.contains(&format!("Install it with: {command}")), "{runtime}: {err}");
+        assert!(out.contains(&format!("Next steps:\n  {command}\n  cd ")), "{runtime}: {out}");
+    }
+    let assert = ctxhost()
+        .arg("--plugins-dir")
+        .arg(root.path().join("plugins"))
+        .args(["new", "p-native", "--runtime", "native"])
+        .env("PATH", &empty)
+        .assert()
+        .success();
+    assert_eq!(stderr(&assert), "", "a native hook needs no runtime");
+    // With the runtime on PATH: no warning.
+    let assert = ctxhost()
+        .arg("--plugins-dir")
+        .arg(root.path().join("plugins"))
+        .args(["new", "p2", "--runtime", "bash"])
+        .assert()
+        .success();
+    assert_eq!(stderr(&assert), "");
+}
+
+/// The README `ctxhost new` writes describes the protocol itself (no file the
+/// user does not have) and its request/reply examples are what the hooks
+/// really take and answer.
+#[test]
+fn the_readme_describes_the_protocol_with_examples_that_work() {
+    require_program("python3", "python3");
+    let p = Scaffolded::new("readme", "python");
+    let readme = std::fs::read_to_string(p.dir.join("README.md")).unwrap();
+    assert!(!readme.contains("spec/"), "no spec file the user does not have:\n{readme}");
+    for doc in ["`docs/reference/hooks.md` in the ctxhost repository", "`docs/guides/script.md`"] {
+        assert!(readme.contains(doc), "{doc}:\n{readme}");
+    }
+    // `request` → `reply` pairs, as the README shows them.
+    let examples: Vec<(Value, Value)> = readme
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("`{\"type\":\"after_turn\"") || l.starts_with("`{\"type\":\"ingest\""))
+        .map(|request_line| {
+            let after = readme.split(request_line).nth(1).unwrap().trim_start();
+            let reply_line = after.strip_prefix("→ `").unwrap_or_else(|| panic!("no reply after {request_line}"));
+            let parse = |s: &str| serde_json::from_str::<Value>(&s[..s.find('`').unwrap()]).unwrap();
+            (parse(&request_line[1..]), parse(reply_line))
+        })
+        .collect();
+    assert_eq!(examples.len(), 2, "{readme}");
+    for (request, expected) in examples {
+        let hook = request["type"].as_str().unwrap().to_owned();
+        let assert = p.hook(&hook, &request).success();
+        assert_eq!(reply(&assert), expected, "{hook}");
+        assert!(!stderr(&assert).contains("has no field"), "{}", stderr(&assert));
+    }
 }

@@ -245,6 +245,19 @@ fn bad_requests_get_a_400_that_says_what_is_wrong() {
 
     let r = d.get("/no/such/route");
     assert_eq!((r.status, r.json()["error"].as_str()), (404, Some("no route for /no/such/route")));
+    // A misspelt route names the nearest one, its parameters filled from the path.
+    let r = d.get("/api/plugin");
+    assert_eq!(
+        (r.status, r.json()["error"].as_str()),
+        (404, Some("no route for /api/plugin; did you mean `/api/plugins`?"))
+    );
+    let r = d.post("/api/plugins/alpha/relaod", "");
+    assert_eq!(
+        (r.status, r.json()["error"].as_str()),
+        (404, Some("no route for /api/plugins/alpha/relaod; did you mean `/api/plugins/alpha/reload`?"))
+    );
+    let r = d.get("/metrix");
+    assert!(r.json()["error"].as_str().unwrap().ends_with("did you mean `/metrics`?"), "{}", r.body);
 
     let r = d.get("/api/agents/a1/ingest");
     assert_eq!(r.status, 405, "a GET of a POST route");
@@ -427,6 +440,15 @@ fn reload_swaps_the_plugin_and_a_bad_manifest_keeps_the_old_one() {
 
     let r = d.post("/api/plugins/ghost/reload", "");
     assert_eq!((r.status, r.json()["error"].as_str()), (404, Some("Plugin 'ghost' not found")));
+    let r = d.post("/api/plugins/alpa/reload", "");
+    assert_eq!(
+        (r.status, r.json()["error"].as_str()),
+        (404, Some("Plugin 'alpa' not found; did you mean `alpha`?")),
+        "a misspelt plugin gets the nearest name, as the CLI gives it"
+    );
+    let r = d.post("/api/plugins/alpa/test-hook", "{\"hook\":\"ingest\"}");
+    assert_eq!(r.status, 404);
+    assert!(r.json()["error"].as_str().unwrap().ends_with("did you mean `alpha`?"), "{}", r.body);
     let r = d.post("/api/plugins/bad%20name/reload", "");
     assert_eq!((r.status, r.json()["stage"].clone()), (400, json!("name")), "{}", r.body);
 }
@@ -534,6 +556,42 @@ fn a_token_guards_every_post_route_and_is_required_off_loopback() {
     let err = crate::util::stderr(&out);
     assert!(err.contains("refusing to listen on 0.0.0.0:0 without a token"), "{err}");
     assert!(err.contains("--token"), "{err}");
+}
+
+/// At the default log level the daemon says what it does: one line per
+/// request (method, path, status, time) and its shutdown, never a token or a
+/// query string.
+#[test]
+fn serve_logs_each_request_and_its_shutdown_without_secrets() {
+    let site = Site::new();
+    site.echo_plugin("alpha", "v1");
+    site.config("[context_engine]\nplugin = \"alpha\"\n");
+    let d = Daemon::start(&site.home(), &[], &[("CTXHOST_TOKEN", "tok-s3cret")]);
+    assert_eq!(d.get("/healthz?key=query-s3cret").status, 200);
+    assert_eq!(d.get("/api/plugin").status, 404);
+    let auth = [("Authorization", "Bearer tok-s3cret")];
+    let r = d.post_with("/api/agents/a1/ingest", "{\"message\":\"body-s3cret\"}", &auth);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(d.post("/api/agents/a1/ingest", "{}").status, 401);
+    let (ok, stderr) = d.stop();
+    assert!(ok, "{stderr}");
+    let line = |method: &str, path: &str, status: u16| {
+        let prefix = format!("{method} {path} {status} ");
+        stderr.lines().any(|l| {
+            l.split_once("ctxhost::daemon: ").is_some_and(|(_, rest)| {
+                rest.starts_with(&prefix)
+                    && rest.ends_with(" ms")
+                    && rest[prefix.len()..rest.len() - 3].parse::<f64>().is_ok()
+            })
+        })
+    };
+    assert!(line("GET", "/healthz", 200), "the request line, without its query: {stderr}");
+    assert!(line("GET", "/api/plugin", 404), "{stderr}");
+    assert!(line("POST", "/api/agents/a1/ingest", 200), "{stderr}");
+    assert!(line("POST", "/api/agents/a1/ingest", 401), "{stderr}");
+    assert!(stderr.contains("SIGTERM: shutting down"), "{stderr}");
+    assert!(stderr.lines().last().is_some_and(|l| l.ends_with("ctxhost::daemon: stopped")), "{stderr}");
+    assert!(!stderr.contains("s3cret"), "no token, query or body in the log: {stderr}");
 }
 
 #[test]

@@ -17,7 +17,8 @@ use crate::runner::CallOptions;
 /// Run one hook of one plugin and print its reply.
 ///
 /// The request JSON is read from stdin (or --input FILE); `type` is filled in
-/// when missing. The reply is printed as one JSON line on stdout (exit 0); any
+/// when missing. A field the hook's request does not have is warned about
+/// (with the nearest known field) and sent as given. The reply is printed as one JSON line on stdout (exit 0); any
 /// failure is printed on stderr (exit 1). There is no fallback: this runs
 /// exactly the plugin's script, as the engine would.
 #[derive(Debug, Args)]
@@ -62,6 +63,7 @@ pub fn exec(args: HookArgs, home: &Home) -> CliResult {
     })?;
     let dir = plugin_dir(&args.plugin, home)?;
     let request = read_request(args.input.as_deref())?;
+    warn_unknown_fields(hook, &request);
     let request = HookRequest::from_json(hook, request)?;
 
     let (config, warnings) = HostConfig::load(home.config_file())?;
@@ -99,6 +101,21 @@ pub fn exec(args: HookArgs, home: &Home) -> CliResult {
     stdout.write_all(&line)?;
     stdout.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A field the hook's request does not have is sent as given, but it is
+/// most likely a misspelling (`tool_name` for `tool_call_pre`'s `name`):
+/// each gets a warning naming the nearest field and the hook's fields.
+fn warn_unknown_fields(hook: HookName, request: &serde_json::Value) {
+    let known = hook.request_fields();
+    for field in crate::protocol::unknown_fields(hook, request) {
+        let hint = crate::hint::did_you_mean(field, known.iter().copied());
+        let fields = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
+        tracing::warn!(
+            "a `{hook}` request has no field `{field}`{hint} (its fields: {fields}); it is sent to the plugin as given",
+            hook = hook.as_str()
+        );
+    }
 }
 
 /// A path to a directory, or a plugin name under the plugins dir.

@@ -76,7 +76,15 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // A single hook run shows the plugin's stderr; whole runs keep it for -v.
     let plugin_stderr = matches!(cli.command, Command::Hook(_));
-    init_logging(cli.verbose, plugin_stderr);
+    let daemon = matches!(cli.command, Command::Serve(_));
+    init_logging(cli.verbose, plugin_stderr, daemon);
+    if matches!(cli.command, Command::Run(_) | Command::Demo(_) | Command::Serve(_) | Command::Sidecar(_)) {
+        // The built-in engine counts tokens from its first assemble: its
+        // encoder is built while the config and the plugins load.
+        crate::engine::default::tokenizer::O200k::preload();
+    }
+    // What later commands need to find this home again (`ctxhost new`'s next steps).
+    let given = new::Given { home: cli.home.clone(), config: cli.config.clone() };
     let home =
         Home::resolve(HomeOverrides { home: cli.home, plugins_dir: cli.plugins_dir, config: cli.config }, &|v| {
             std::env::var(v).ok()
@@ -88,7 +96,7 @@ pub fn main() -> ExitCode {
         Command::Demo(args) => run::demo(args),
         Command::Serve(args) => serve::exec(args, &home),
         Command::Sidecar(args) => sidecar::exec(args, &home),
-        Command::New(args) => new::exec(args, &home),
+        Command::New(args) => new::exec(args, &home, &given),
         Command::Plugin(args) => plugin::exec(args, &home),
     };
     match result {
@@ -118,16 +126,19 @@ fn is_broken_pipe(err: &(dyn std::error::Error + 'static)) -> bool {
     err.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
-/// Logs go to stderr: host messages from `warn` up, and for `hook` also the
-/// plugin's stderr (target `plugin_stderr`) and a component's log
-/// (`plugin_log`); `-v` shows them everywhere.
-fn init_logging(verbose: u8, plugin_stderr: bool) {
+/// Logs go to stderr: host messages from `warn` up, progress on something
+/// slow (target `ctxhost::progress`: "loading the tokenizer…"), for `hook`
+/// also the plugin's stderr (target `plugin_stderr`) and a component's log
+/// (`plugin_log`), for `serve` one line per request and the shutdown
+/// (`ctxhost::daemon`); `-v` shows every info line everywhere.
+fn init_logging(verbose: u8, plugin_stderr: bool, daemon: bool) {
     use tracing_subscriber::EnvFilter;
     let filter = match std::env::var("RUST_LOG") {
         Ok(spec) if !spec.is_empty() => EnvFilter::new(spec),
         _ => EnvFilter::new(match verbose {
-            0 if plugin_stderr => "warn,plugin_stderr=info,plugin_log=info",
-            0 => "warn",
+            0 if plugin_stderr => "warn,ctxhost::progress=info,plugin_stderr=info,plugin_log=info",
+            0 if daemon => "warn,ctxhost::progress=info,ctxhost::daemon=info",
+            0 => "warn,ctxhost::progress=info",
             1 => "info",
             2 => "debug",
             _ => "trace",

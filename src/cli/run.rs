@@ -431,18 +431,18 @@ fn write_metrics(out: &mut impl Write, engine: &StackEngine, json: bool) -> std:
         serde_json::to_writer(&mut *out, &v)?;
         return writeln!(out);
     }
-    writeln!(out, "Metrics")?;
+    writeln!(out, "Metrics (latency percentiles over the last {} calls of each hook)", crate::metrics::WINDOW)?;
     writeln!(
         out,
-        "  {:<16} {:<22} {:>5} {:>5} {:>6} {:>9} {:>8}",
-        "plugin", "hook", "calls", "ok", "failed", "fallbacks", "p50 ms"
+        "  {:<16} {:<22} {:>5} {:>5} {:>6} {:>9} {:>8} {:>8}",
+        "plugin", "hook", "calls", "ok", "failed", "fallbacks", "p50 ms", "p99 ms"
     )?;
     for (plugin, hooks) in metrics.by_plugin() {
         for (hook, m) in hooks {
             writeln!(
                 out,
-                "  {plugin:<16} {hook:<22} {:>5} {:>5} {:>6} {:>9} {:>8}",
-                m.calls, m.successes, m.failures, m.fallbacks, m.p50_ms
+                "  {plugin:<16} {hook:<22} {:>5} {:>5} {:>6} {:>9} {:>8.1} {:>8.1}",
+                m.calls, m.successes, m.failures, m.fallbacks, m.p50_ms, m.p99_ms
             )?;
         }
     }

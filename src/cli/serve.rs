@@ -111,7 +111,10 @@ pub fn exec(args: ServeArgs, home: &Home) -> CliResult {
         server
             .run(async {
                 let signal = stop.await;
-                tracing::info!("{signal}: shutting down");
+                tracing::info!(
+                    target: crate::server::LOG_TARGET,
+                    "{signal}: shutting down (requests under way finish; after_turn calls get up to 30 s)"
+                );
             })
             .await?;
         Ok::<_, Box<dyn std::error::Error>>(())

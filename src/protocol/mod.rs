@@ -5,12 +5,14 @@
 //! runners works on these typed values; runners serialise at the boundary.
 //! Unknown fields and block types always survive a parse → serialise round trip.
 
+mod fields;
 mod hook;
 mod message;
 mod reply;
 mod request;
 mod stdout;
 
+pub use fields::unknown_fields;
 pub use hook::{HookName, UnknownHook};
 pub use message::{
     Block, Content, ImageBlock, ImageFileBlock, Message, Role, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock,

@@ -170,6 +170,30 @@ impl Template {
         (self == Template::Rust).then_some("cargo build --release")
     }
 
+    /// The programs the generated plugin needs on PATH (any one of them; none
+    /// for a native hook) and the command that installs them on Debian or
+    /// Ubuntu, or the runtime's own installer. The launcher table's install
+    /// hint (`runner::process::launcher`) says where else to get it.
+    pub fn needs_program(self) -> Option<(&'static [&'static str], &'static str)> {
+        const RUSTUP: &str = "curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh";
+        Some(match self {
+            Template::Python => (&["python3", "python"], "sudo apt-get install python3"),
+            Template::Node => (&["node"], "sudo apt-get install nodejs"),
+            Template::Deno => (&["deno"], "curl -fsSL https://deno.land/install.sh | sh"),
+            Template::Go => (&["go"], "sudo apt-get install golang-go"),
+            Template::Ruby => (&["ruby"], "sudo apt-get install ruby"),
+            Template::Bash => (&["bash"], "sudo apt-get install bash"),
+            Template::Bun => (&["bun"], "curl -fsSL https://bun.sh/install | bash"),
+            Template::Php => (&["php"], "sudo apt-get install php-cli"),
+            Template::Lua => (&["lua", "lua5.4", "lua5.3"], "sudo apt-get install lua5.4"),
+            Template::V => {
+                (&["v"], "git clone --depth=1 https://github.com/vlang/v && cd v && make && sudo ./v symlink")
+            }
+            Template::Rust => (&["cargo"], RUSTUP),
+            Template::Native => return None,
+        })
+    }
+
     /// The file to edit first.
     pub fn main_file(self) -> &'static str {
         match self.script() {
@@ -207,7 +231,7 @@ impl Template {
 /// The valid `--runtime` values, for error messages and help.
 pub fn valid_runtimes() -> String {
     let tags: Vec<&str> = Template::ALL.iter().map(|t| t.tag()).collect();
-    format!("{} (wasm = rust; the aliases of spec section 4 work too)", tags.join(", "))
+    format!("{} (wasm = rust; aliases such as py, js, ts, golang, rb and sh work too)", tags.join(", "))
 }
 
 /// Writes `<plugins_dir>/<name>/` from the request's template and returns
@@ -459,9 +483,28 @@ From this directory (`ctxhost doctor` says whether the runtime is installed):
 {TRY_IT}
 
 The second command prints an `ingest_result` whose `memories` hold `My cat is called Miso`.
-A hook reads one JSON request line on stdin and prints its reply as the last JSON line on
-stdout; stderr is for logs. The requests and replies of every hook are those of
-LibreFang's script plugins (ctxhost's `spec/script-protocol.md`, section 3).
+(With a ctxhost home other than `~/.ctxhost`, put `--home DIR` before `hook`.)
+
+## How a hook is called
+
+One process per call, in this directory: the host writes one JSON request line on stdin
+and reads the reply from the last JSON line on stdout; stderr is for logs. The request's
+`type` names the hook, so one script serves both:
+
+- `after_turn`, after each turn, with the turn's messages (`content` is a string, or a
+  list of blocks such as `{{\"type\":\"text\",\"text\":\"…\"}}`):
+  `{{\"type\":\"after_turn\",\"agent_id\":\"a1\",\"messages\":[{{\"role\":\"user\",\"content\":\"My cat is called Miso\"}}]}}`
+  → `{{\"type\":\"ok\"}}`. Memories in the reply (`\"memories\":[{{\"content\":\"…\"}}]`) are stored
+  by the host's memory under this plugin's name.
+- `ingest`, when a user message arrives, before the model is called; the memories it
+  returns are recalled into the prompt:
+  `{{\"type\":\"ingest\",\"agent_id\":\"a1\",\"message\":\"What is my cat called?\",\"peer_id\":null}}`
+  → `{{\"type\":\"ingest_result\",\"memories\":[{{\"content\":\"My cat is called Miso\"}}]}}`.
+
+`ctxhost hook` warns about a request field the hook does not have. Every hook's request
+and reply (assemble, compact, bootstrap, transform_tool_result, …) is described in
+`docs/reference/hooks.md` in the ctxhost repository, and `docs/guides/script.md` there is
+the guide to script plugins.
 
 ## Use it
 
@@ -608,6 +651,12 @@ From this directory:
 {TRY_IT}
 
 The second command prints the recalled note, `My cat is called Miso`.
+(With a ctxhost home other than `~/.ctxhost`, put `--home DIR` before `hook`.)
+
+The requests and replies are the script plugins' JSON (`after_turn` gets the turn's
+messages, `ingest` the user's message and answers `memories`), typed for you by the SDK.
+`docs/guides/component.md` in the ctxhost repository is the guide to component plugins,
+and `docs/reference/hooks.md` there describes every hook's request and reply.
 
 ## Use it
 

@@ -11,6 +11,10 @@
 //!   engine decided after stack merging and fallbacks ([`agents`]);
 //! - `GET /metrics` (Prometheus text, [`prometheus`]) and `GET /healthz`.
 //!
+//! Every request is logged in one line ([`access`]); a path no route has is a
+//! 404 naming the nearest route ([`route_table`] is the one list the router
+//! is built from).
+//!
 //! Every request body is parsed here, so bad JSON is a 400 that says what is
 //! wrong, never a 500 ([`body`]). A bearer token guards the mutating routes
 //! and doctor, and binding beyond loopback without one is refused ([`auth`]).
@@ -23,6 +27,7 @@
 //! critical path with blocking work: loading (launcher probes, component
 //! compiles) runs on the blocking pool.
 
+mod access;
 mod agent_loop;
 mod agents;
 mod auth;
@@ -40,7 +45,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::{get, patch, post};
+use axum::routing::{MethodRouter, get, patch, post};
 
 use crate::app::catalog::{Catalog, Options};
 use crate::config::HostConfig;
@@ -50,6 +55,7 @@ use crate::home::Home;
 use crate::host::LoadContext;
 use crate::protocol::BootstrapRequest;
 
+pub use access::TARGET as LOG_TARGET;
 pub use auth::AddressPolicyError;
 
 /// How long shutdown waits for pending `after_turn` calls.
@@ -154,6 +160,7 @@ impl Server {
         let _watcher = self.watcher;
         conn::serve(self.listener, self.routes.router(), &self.routes.state.config.server, shutdown).await;
         self.routes.stop().await;
+        tracing::info!(target: LOG_TARGET, "stopped");
         Ok(())
     }
 }
@@ -258,47 +265,88 @@ impl Routes {
     }
 }
 
-fn router(state: Arc<AppState>) -> Router {
-    let mutating = Router::new()
-        .route("/api/plugins/scaffold", post(plugins::scaffold))
-        .route("/api/plugins/{name}/reload", post(plugins::reload))
-        .route("/api/plugins/{name}/test-hook", post(plugins::test_hook))
-        .route("/api/agents/{agent_id}/{hook}", post(agents::call))
-        .route("/api/agents/{agent_id}/messages", post(agent_loop::message))
-        .route("/api/agents/{agent_id}/tools/{name}", post(agent_loop::call_tool))
-        .route("/api/agent-hooks/{hook}", post(agent_loop::chain))
-        .route("/api/plugins/{name}/config", get(agent_loop::get_config).put(agent_loop::put_config))
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Guard {
+    /// Anyone who can reach the port.
+    Open,
+    /// A bearer token when one is set (mutating routes, and reads that show
+    /// config values or run plugin code).
+    Token,
+}
+
+/// The daemon's routes as they are added: the open ones, the guarded ones,
+/// and every path, which a path no route has is compared with.
+struct RouteTable {
+    open: Router<Arc<AppState>>,
+    guarded: Router<Arc<AppState>>,
+    paths: Vec<&'static str>,
+}
+
+impl RouteTable {
+    fn route(mut self, path: &'static str, handlers: MethodRouter<Arc<AppState>>, guard: Guard) -> Self {
+        if !self.paths.contains(&path) {
+            self.paths.push(path);
+        }
+        match guard {
+            Guard::Open => self.open = self.open.route(path, handlers),
+            Guard::Token => self.guarded = self.guarded.route(path, handlers),
+        }
+        self
+    }
+}
+
+/// Every route of the daemon: the one list the router is built from.
+fn route_table() -> RouteTable {
+    RouteTable { open: Router::new(), guarded: Router::new(), paths: Vec::new() }
+        .route("/api/plugins", get(plugins::list), Guard::Open)
+        .route("/api/context-engine/metrics", get(plugins::engine_metrics), Guard::Open)
+        .route("/api/tools", get(agent_loop::tools), Guard::Open)
+        .route("/api/triggers", get(agent_loop::list_triggers), Guard::Open)
+        .route("/api/triggers/fired", get(agent_loop::fired), Guard::Open)
+        .route("/api/triggers/{id}", get(agent_loop::get_trigger), Guard::Open)
+        .route("/api/agent/plugins", get(agent_loop::plugins), Guard::Open)
+        .route("/faust/admin/plugins/assets", get(agent_loop::assets), Guard::Open)
+        .route("/faust/plugins/{id}/frontend/{*path}", get(agent_loop::frontend), Guard::Open)
+        .route("/metrics", get(prometheus::metrics), Guard::Open)
+        .route("/healthz", get(healthz), Guard::Open)
+        .route("/api/plugins/scaffold", post(plugins::scaffold), Guard::Token)
+        .route("/api/plugins/{name}/reload", post(plugins::reload), Guard::Token)
+        .route("/api/plugins/{name}/test-hook", post(plugins::test_hook), Guard::Token)
+        .route("/api/agents/{agent_id}/{hook}", post(agents::call), Guard::Token)
+        .route("/api/agents/{agent_id}/messages", post(agent_loop::message), Guard::Token)
+        .route("/api/agents/{agent_id}/tools/{name}", post(agent_loop::call_tool), Guard::Token)
+        .route("/api/agent-hooks/{hook}", post(agent_loop::chain), Guard::Token)
+        .route("/api/plugins/{name}/config", get(agent_loop::get_config).put(agent_loop::put_config), Guard::Token)
         // Reads that show config values (often API keys) or run plugin code.
-        .route("/api/vfs", get(agent_loop::vfs))
-        .route("/api/agent/health", get(agent_loop::health))
-        .route("/faust/admin/plugins", get(faust_admin::list))
-        .route("/api/triggers", post(agent_loop::create_trigger))
-        .route("/api/triggers/{id}", patch(agent_loop::patch_trigger).delete(agent_loop::delete_trigger))
-        .route("/api/events/{name}", post(agent_loop::event))
-        .route("/faust/plugins/{id}/communicate", post(agent_loop::communicate))
-        .route("/faust/admin/plugins/{id}/enable", post(faust_admin::enable))
-        .route("/faust/admin/plugins/{id}/disable", post(faust_admin::disable))
+        .route("/api/vfs", get(agent_loop::vfs), Guard::Token)
+        .route("/api/agent/health", get(agent_loop::health), Guard::Token)
+        .route("/faust/admin/plugins", get(faust_admin::list), Guard::Token)
+        .route("/api/triggers", post(agent_loop::create_trigger), Guard::Token)
+        .route("/api/triggers/{id}", patch(agent_loop::patch_trigger).delete(agent_loop::delete_trigger), Guard::Token)
+        .route("/api/events/{name}", post(agent_loop::event), Guard::Token)
+        .route("/faust/plugins/{id}/communicate", post(agent_loop::communicate), Guard::Token)
+        .route("/faust/admin/plugins/{id}/enable", post(faust_admin::enable), Guard::Token)
+        .route("/faust/admin/plugins/{id}/disable", post(faust_admin::disable), Guard::Token)
         // Starts processes (runtime probes) and loads every plugin.
-        .route("/api/plugins/doctor", get(plugins::doctor))
+        .route("/api/plugins/doctor", get(plugins::doctor), Guard::Token)
+}
+
+fn router(state: Arc<AppState>) -> Router {
+    let table = route_table();
+    let paths: Arc<[&'static str]> = table.paths.into();
+    let guarded = table
+        .guarded
         // The token first: an unauthenticated body is never read.
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), limits::guard))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
-    Router::new()
-        .route("/api/plugins", get(plugins::list))
-        .route("/api/context-engine/metrics", get(plugins::engine_metrics))
-        .route("/api/tools", get(agent_loop::tools))
-        .route("/api/triggers", get(agent_loop::list_triggers))
-        .route("/api/triggers/fired", get(agent_loop::fired))
-        .route("/api/triggers/{id}", get(agent_loop::get_trigger))
-        .route("/api/agent/plugins", get(agent_loop::plugins))
-        .route("/faust/admin/plugins/assets", get(agent_loop::assets))
-        .route("/faust/plugins/{id}/frontend/{*path}", get(agent_loop::frontend))
-        .route("/metrics", get(prometheus::metrics))
-        .route("/healthz", get(healthz))
+    table
+        .open
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), limits::guard))
-        .merge(mutating)
-        .fallback(not_found)
+        .merge(guarded)
+        .fallback(move |uri: axum::http::Uri| async move { not_found(&uri, &paths) })
         .layer(axum::extract::DefaultBodyLimit::max(state.limits.max_body()))
+        .layer(axum::middleware::from_fn(access::log))
         .with_state(state)
 }
 
@@ -306,6 +354,41 @@ async fn healthz(axum::extract::State(state): axum::extract::State<Arc<AppState>
     body::JsonReply::ok(serde_json::json!({"status": "ok", "plugins": state.engine.layer_names()}))
 }
 
-async fn not_found(uri: axum::http::Uri) -> body::JsonReply {
-    body::JsonReply::error(axum::http::StatusCode::NOT_FOUND, format!("no route for {}", uri.path()))
+/// A path no route has: a 404 naming the nearest route, if one is near.
+fn not_found(uri: &axum::http::Uri, routes: &[&str]) -> body::JsonReply {
+    let path = uri.path();
+    let hint = crate::hint::did_you_mean(path, nearest_routes(path, routes).iter().map(String::as_str));
+    body::JsonReply::error(axum::http::StatusCode::NOT_FOUND, format!("no route for {path}{hint}"))
+}
+
+/// The route paths as they would read for `path`: a template with as many
+/// segments gets `path`'s own segments for its parameters (so
+/// `/api/plugins/x/relaod` is compared with `/api/plugins/x/reload`).
+fn nearest_routes(path: &str, routes: &[&str]) -> Vec<String> {
+    let given: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let mut out: Vec<String> = Vec::new();
+    for template in routes {
+        let parts: Vec<&str> = template.trim_start_matches('/').split('/').collect();
+        let filled = if parts.len() == given.len() || parts.last().is_some_and(|p| p.starts_with("{*")) {
+            let mut filled = String::new();
+            for (i, part) in parts.iter().enumerate() {
+                let own = if part.starts_with("{*") {
+                    given.get(i..).map(|rest| rest.join("/"))
+                } else if part.starts_with('{') {
+                    given.get(i).map(|s| (*s).to_owned())
+                } else {
+                    Some((*part).to_owned())
+                };
+                filled.push('/');
+                filled.push_str(own.as_deref().unwrap_or(part));
+            }
+            filled
+        } else {
+            (*template).to_owned()
+        };
+        if !out.contains(&filled) {
+            out.push(filled);
+        }
+    }
+    out
 }

@@ -98,7 +98,7 @@ pub(crate) async fn scaffold(State(state): State<Arc<AppState>>, bytes: Bytes) -
 pub(crate) async fn reload(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> JsonReply {
     match reload::reload(&state, &name).await {
         Ok(done) => JsonReply::ok(serde_json::to_value(done).unwrap_or_default()),
-        Err(e @ ReloadError::NotFound(_)) => JsonReply::error(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e @ ReloadError::NotFound { .. }) => JsonReply::error(StatusCode::NOT_FOUND, e.to_string()),
         Err(e) => JsonReply::with_status(
             StatusCode::BAD_REQUEST,
             json!({"name": name, "hooks_valid": false, "error": e.to_string(), "stage": e.stage()}),
@@ -127,7 +127,7 @@ pub(crate) async fn engine_metrics(State(state): State<Arc<AppState>>) -> axum::
 pub(crate) async fn test_hook(State(state): State<Arc<AppState>>, Path(name): Path<String>, bytes: Bytes) -> JsonReply {
     let dir = match reload::plugin_dir(&state, &name) {
         Ok(dir) => dir,
-        Err(e @ ReloadError::NotFound(_)) => return JsonReply::error(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e @ ReloadError::NotFound { .. }) => return JsonReply::error(StatusCode::NOT_FOUND, e.to_string()),
         Err(e) => return JsonReply::bad_request(e.to_string()),
     };
     let request = match body::object(&bytes) {

@@ -28,8 +28,9 @@ pub(crate) struct Reloaded {
 /// Why a reload did not happen.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ReloadError {
-    #[error("Plugin '{0}' not found")]
-    NotFound(String),
+    /// LibreFang's 404 text, and the nearest plugin name when one is near.
+    #[error("Plugin '{name}' not found{hint}")]
+    NotFound { name: String, hint: String },
     /// Not a plugin name (the manifest rules').
     #[error("{0}")]
     InvalidName(String),
@@ -52,7 +53,7 @@ impl ReloadError {
     /// `services`, `start`, `task` (the `stage` of the route's 400 body).
     pub(crate) fn stage(&self) -> &'static str {
         match self {
-            ReloadError::NotFound(_) => "not_found",
+            ReloadError::NotFound { .. } => "not_found",
             ReloadError::InvalidName(_) => "name",
             ReloadError::Load { .. } => "load",
             ReloadError::Services { .. } => "services",
@@ -154,5 +155,12 @@ pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded
 pub(crate) fn plugin_dir(state: &AppState, name: &str) -> Result<std::path::PathBuf, ReloadError> {
     crate::manifest::validate_name(name).map_err(ReloadError::InvalidName)?;
     let dir = state.home.plugins_dir().join(name);
-    if dir.is_dir() { Ok(dir) } else { Err(ReloadError::NotFound(name.to_owned())) }
+    if dir.is_dir() {
+        return Ok(dir);
+    }
+    // The plugins the daemon knows (every plugin dir it loaded), as the CLI
+    // suggests from the plugins dir.
+    let known = state.catalog.entries();
+    let hint = crate::hint::did_you_mean(name, known.keys().map(String::as_str));
+    Err(ReloadError::NotFound { name: name.to_owned(), hint })
 }

@@ -58,6 +58,8 @@ impl DefaultEngine {
     /// # Errors
     /// The memory database cannot be opened.
     pub fn open(db: &Path, settings: DefaultSettings) -> Result<Self, EngineError> {
+        // Built while the plugins load and bootstrap, not at the first turn.
+        O200k::preload();
         Ok(Self::with_parts(Arc::new(MemoryStore::open(db)?), Box::new(O200k), Arc::new(LocalSummarizer), settings))
     }
 
@@ -82,6 +84,15 @@ impl DefaultEngine {
 
     pub fn summarizer(&self) -> &dyn Summarizer {
         &*self.summarizer
+    }
+
+    /// Waits, off the async threads, for a tokenizer still loading.
+    async fn counter_ready(&self) -> Result<(), EngineError> {
+        if self.counter.is_ready() {
+            return Ok(());
+        }
+        let counter = self.counter.clone();
+        tokio::task::spawn_blocking(move || counter.wait_ready()).await.map_err(|e| EngineError::Task(e.to_string()))
     }
 
     fn window(&self, requested: u64) -> usize {
@@ -143,6 +154,7 @@ impl ContextEngine for DefaultEngine {
 
     fn assemble<'a>(&'a self, request: &'a AssembleRequest) -> BoxFuture<'a, Result<Vec<Message>, EngineError>> {
         Box::pin(async move {
+            self.counter_ready().await?;
             let window = self.window(request.context_window_tokens);
             Ok(assemble::fit(&request.system_prompt, &request.messages, window, &self.counter))
         })
@@ -150,6 +162,7 @@ impl ContextEngine for DefaultEngine {
 
     fn compact<'a>(&'a self, request: &'a CompactRequest) -> BoxFuture<'a, Result<Compacted, EngineError>> {
         Box::pin(async move {
+            self.counter_ready().await?;
             let window = self.window(request.context_window_tokens);
             compact::compact(&request.messages, window, &self.counter, &*self.summarizer)
                 .await

@@ -4,29 +4,148 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use crate::protocol::{Block, Content, Message};
 
 /// Counts tokens in text.
 pub trait Tokenizer: Send + Sync {
     fn count(&self, text: &str) -> usize;
+
+    /// Whether [`Tokenizer::count`] can answer without first loading
+    /// something slow.
+    fn is_ready(&self) -> bool {
+        true
+    }
+
+    /// Blocks until [`Tokenizer::is_ready`] (called off the async threads).
+    fn wait_ready(&self) {}
 }
 
-/// OpenAI's `o200k_base` encoding (tiktoken). Building the encoder takes a
-/// while, so it is built once per process, on first use.
+/// OpenAI's `o200k_base` encoding (tiktoken). Building the encoder takes
+/// 0.1–0.2 s optimised (0.5 s and more unoptimised, seconds on a slow
+/// machine): it is built once per process, on a thread of its own as soon as
+/// a command that will count starts or an engine that counts with it is made
+/// ([`O200k::preload`]), so the first turn does not pay for it; a count that
+/// must still wait longer than [`SLOW_LOAD`] says so on the
+/// `ctxhost::progress` log target.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct O200k;
 
+static O200K: Preload<Option<tiktoken_rs::CoreBPE>> = Preload::new("the tokenizer (o200k_base)", || {
+    // The encoder data ships inside the crate; should it ever fail to load
+    // (or panic), counts fall back to the usual 4-bytes-per-token estimate.
+    std::panic::catch_unwind(tiktoken_rs::o200k_base).ok().and_then(Result::ok)
+});
+
+/// A wait for something slow to load longer than this is announced.
+pub const SLOW_LOAD: Duration = Duration::from_millis(300);
+
+impl O200k {
+    /// Starts building the encoder on a thread of its own, once per process.
+    pub fn preload() {
+        O200K.start();
+    }
+}
+
 impl Tokenizer for O200k {
     fn count(&self, text: &str) -> usize {
-        static BPE: OnceLock<Option<tiktoken_rs::CoreBPE>> = OnceLock::new();
-        match BPE.get_or_init(|| tiktoken_rs::o200k_base().ok()) {
+        match O200K.get() {
             Some(bpe) => bpe.encode_ordinary(text).len(),
-            // The encoder data ships inside the crate; should it ever fail to
-            // load, fall back to the usual 4-bytes-per-token estimate.
             None => text.len().div_ceil(4),
         }
+    }
+
+    fn is_ready(&self) -> bool {
+        O200K.is_ready()
+    }
+
+    fn wait_ready(&self) {
+        O200K.wait(SLOW_LOAD);
+    }
+}
+
+/// A value built once per process, preferably ahead of time on a thread of
+/// its own; whoever needs it first waits for that thread (or builds it, when
+/// no thread could be started).
+pub(crate) struct Preload<T: 'static> {
+    what: &'static str,
+    build: fn() -> T,
+    value: OnceLock<T>,
+    /// Whether a builder thread was started.
+    thread: OnceLock<bool>,
+    /// Signalled when `value` is set.
+    built: (Mutex<()>, Condvar),
+}
+
+impl<T: Send + Sync + 'static> Preload<T> {
+    pub(crate) const fn new(what: &'static str, build: fn() -> T) -> Self {
+        Preload {
+            what,
+            build,
+            value: OnceLock::new(),
+            thread: OnceLock::new(),
+            built: (Mutex::new(()), Condvar::new()),
+        }
+    }
+
+    /// Starts building on a thread of its own (the first call only).
+    pub(crate) fn start(&'static self) {
+        self.thread.get_or_init(|| {
+            std::thread::Builder::new()
+                .name("ctxhost-preload".into())
+                .spawn(move || {
+                    self.get();
+                })
+                .is_ok()
+        });
+    }
+
+    pub(crate) fn is_ready(&self) -> bool {
+        self.value.get().is_some()
+    }
+
+    /// The value, built now by this thread when nobody else is building it
+    /// (else this waits for the builder).
+    pub(crate) fn get(&self) -> &T {
+        if let Some(v) = self.value.get() {
+            return v;
+        }
+        let value = self.value.get_or_init(|| {
+            let started = Instant::now();
+            let value = (self.build)();
+            tracing::debug!("{} built in {:.0} ms", self.what, started.elapsed().as_secs_f64() * 1e3);
+            value
+        });
+        // A waiter checks `value` under this lock, so the notification cannot
+        // fall between its check and its wait.
+        drop(self.built.0.lock().unwrap_or_else(|p| p.into_inner()));
+        self.built.1.notify_all();
+        value
+    }
+
+    /// Blocks until the value is built (starting the builder if needed);
+    /// after `slow`, says on `ctxhost::progress` what it waits for. Returns
+    /// whether it did. Never call it on the async threads.
+    pub(crate) fn wait(&'static self, slow: Duration) -> bool {
+        if self.is_ready() {
+            return false;
+        }
+        self.start();
+        if self.thread.get() != Some(&true) {
+            self.get();
+            return false;
+        }
+        let guard = self.built.0.lock().unwrap_or_else(|p| p.into_inner());
+        let (guard, waited) =
+            self.built.1.wait_timeout_while(guard, slow, |_| !self.is_ready()).unwrap_or_else(|p| p.into_inner());
+        if !waited.timed_out() {
+            return false;
+        }
+        tracing::info!(target: "ctxhost::progress", "loading {}…", self.what);
+        drop(self.built.1.wait_while(guard, |_| !self.is_ready()).unwrap_or_else(|p| p.into_inner()));
+        true
     }
 }
 
@@ -49,6 +168,16 @@ impl TokenCounter {
     /// A counter remembering up to `capacity` messages (it starts over when full).
     pub fn new(tokenizer: Box<dyn Tokenizer>, capacity: usize) -> Self {
         TokenCounter { tokenizer, cache: Mutex::new(HashMap::new()), capacity }
+    }
+
+    /// Whether counting can start without waiting for the tokenizer to load.
+    pub fn is_ready(&self) -> bool {
+        self.tokenizer.is_ready()
+    }
+
+    /// Blocks until the tokenizer is loaded (call it off the async threads).
+    pub fn wait_ready(&self) {
+        self.tokenizer.wait_ready();
     }
 
     /// Tokens in plain text (not cached).
@@ -147,7 +276,28 @@ mod tests {
     }
 
     #[test]
-    fn o200k_counts_real_tokens() {
+    fn a_slow_preload_is_announced_and_a_quick_one_is_not() {
+        static SLOW: Preload<u32> = Preload::new("slow", || {
+            std::thread::sleep(Duration::from_millis(600));
+            7
+        });
+        static QUICK: Preload<u32> = Preload::new("quick", || 8);
+        let started = Instant::now();
+        assert!(!SLOW.is_ready());
+        assert!(SLOW.wait(Duration::from_millis(100)), "a wait past the threshold is announced");
+        assert!(started.elapsed() >= Duration::from_millis(600), "it waited for the value");
+        assert_eq!(*SLOW.get(), 7);
+        assert!(!SLOW.wait(Duration::from_millis(100)), "once built nothing waits");
+        QUICK.start();
+        assert!(!QUICK.wait(Duration::from_secs(30)), "a build within the threshold is not announced");
+        assert_eq!(*QUICK.get(), 8);
+    }
+
+    #[test]
+    fn o200k_counts_real_tokens_once_preloaded() {
+        O200k::preload();
+        O200k.wait_ready();
+        assert!(O200k.is_ready());
         assert_eq!(O200k.count("hello world"), 2);
         assert_eq!(O200k.count(""), 0);
     }
