@@ -11,6 +11,9 @@ pub struct Home {
     root: PathBuf,
     plugins_dir: PathBuf,
     config_file: PathBuf,
+    /// Made for one command and removed after it (`ctxhost demo`): nothing
+    /// in it is upgraded from, so nothing is said about earlier state.
+    throw_away: bool,
 }
 
 /// Overrides given on the command line (they win over the variables).
@@ -44,12 +47,27 @@ impl Home {
         // directories, so a relative `--home .` must not mean something else
         // there. (Lexical only: no link is resolved.)
         let absolute = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
-        Home { root: absolute(root), plugins_dir: absolute(plugins_dir), config_file: absolute(config_file) }
+        Home {
+            root: absolute(root),
+            plugins_dir: absolute(plugins_dir),
+            config_file: absolute(config_file),
+            throw_away: false,
+        }
     }
 
     /// A home rooted at `root` with every default below it (tests, embedders).
     pub fn at(root: impl Into<PathBuf>) -> Home {
         Home::resolve(HomeOverrides { home: Some(root.into()), ..Default::default() }, &|_| None)
+    }
+
+    /// A home at `root` that lives for one command (the demo's).
+    pub fn throw_away(root: impl Into<PathBuf>) -> Home {
+        Home { throw_away: true, ..Home::at(root) }
+    }
+
+    /// Whether this home lives for one command only.
+    pub fn is_throw_away(&self) -> bool {
+        self.throw_away
     }
 
     pub fn root(&self) -> &Path {

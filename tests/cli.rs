@@ -275,7 +275,15 @@ fn demo_runs_the_bundled_stack_and_reports_json() {
 #[test]
 fn demo_text_reads_in_the_order_things_happen_and_fits_a_screenful_or_two() {
     crate::util::require_program("python3", "python3");
-    let a = ctxhost().arg("demo").assert().success();
+    // A user whose own LibreFang holds state of the demo's plugins: the demo's
+    // home is throw-away, so there is nothing to upgrade and nothing to say.
+    let user = tempfile::tempdir().unwrap();
+    let theirs = user.path().join(".librefang/plugins/python-memory/memories.json");
+    write(&theirs, "[\"theirs\"]");
+    let a = ctxhost().env("HOME", user.path()).arg("demo").assert().success();
+    let err = stderr(&a);
+    assert!(!err.contains("WARN") && !err.contains("from before"), "the demo is quiet: {err}");
+    assert_eq!(std::fs::read_to_string(&theirs).unwrap(), "[\"theirs\"]");
     let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
     let n = out.lines().count();
     assert!((60..=100).contains(&n), "{n} lines:\n{out}");

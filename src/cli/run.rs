@@ -147,7 +147,7 @@ pub fn demo(args: DemoArgs) -> CliResult {
     for (rel, content) in DEMO_FILES {
         Home::write_atomic(&root.path().join(rel), content.as_bytes())?;
     }
-    let home = Home::at(root.path());
+    let home = Home::throw_away(root.path());
     let (config, warnings) = HostConfig::load(home.config_file())?;
     show_warnings(&warnings);
     let turns = parse_transcript(DEMO_TRANSCRIPT)?;

@@ -179,6 +179,7 @@ fn confinement(
         data_dir,
         user_home: user_home.as_deref(),
         hook_home: Some(&hook_home),
+        earlier_home: user_home.as_deref().filter(|_| !cx.home.is_throw_away()),
         launcher: program,
         venv,
         path_vars,

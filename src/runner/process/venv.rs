@@ -482,6 +482,7 @@ fn confinement(
         user_home: home.as_deref(),
         // pip needs no LibreFang dirs (and gets the user's HOME for pip.conf).
         hook_home: None,
+        earlier_home: None,
         launcher: Some(req.base_python),
         venv: None,
         path_vars: readable,

@@ -63,6 +63,10 @@ pub struct FsInputs<'a> {
     /// (`.librefang/plugins/<name>/`, `.librefang/logs/`); `None`: no
     /// LibreFang dirs (an installer).
     pub hook_home: Option<&'a Path>,
+    /// The home whose own `.librefang/plugins/<name>/` is looked at when the
+    /// plugin's store is first made, to warn that state from before lies
+    /// there (`None`: never, e.g. in a throw-away home).
+    pub earlier_home: Option<&'a Path>,
     /// The launcher program (its installation prefix becomes readable).
     pub launcher: Option<&'a Path>,
     /// A python plugin's virtual environment.
@@ -227,9 +231,10 @@ impl FsPolicy {
         let mut lazy: Vec<(PathBuf, bool, Option<PathBuf>)> = vec![(i.data_dir.to_owned(), false, None)];
         if let Some(given) = i.hook_home {
             let librefang = given.join(".librefang");
-            let earlier = home
-                .as_ref()
-                .filter(|h| Some(*h) != hook_home.as_ref())
+            let earlier = i
+                .earlier_home
+                .map(canonical_or)
+                .filter(|h| Some(h) != hook_home.as_ref())
                 .map(|h| h.join(".librefang/plugins").join(i.plugin));
             lazy.push((librefang.join("plugins").join(i.plugin), false, earlier));
             lazy.push((librefang.join("logs"), true, None));
@@ -486,6 +491,7 @@ mod tests {
             data_dir: &root.path().join("ctx/data/p"),
             user_home: Some(&home),
             hook_home: Some(&hook_home),
+            earlier_home: Some(&home),
             launcher: Some(&bin.join("python3.12")),
             venv: None,
             path_vars: Vec::new(),
@@ -534,6 +540,7 @@ mod tests {
             data_dir: &data,
             user_home: None,
             hook_home: None,
+            earlier_home: None,
             launcher: None,
             venv: None,
             path_vars: Vec::new(),

@@ -105,6 +105,10 @@ pub struct Inputs<'a> {
     /// The hook's `HOME`, holding LibreFang's layout; `None`: no LibreFang
     /// dirs (an installer).
     pub hook_home: Option<&'a Path>,
+    /// The home whose own `.librefang/plugins/<name>/` is looked at when the
+    /// plugin's store is first made, to warn that state from before lies
+    /// there (`None`: never, e.g. in a throw-away home).
+    pub earlier_home: Option<&'a Path>,
     pub launcher: Option<&'a Path>,
     pub venv: Option<&'a Path>,
     /// Directories of the runtime's passthrough path variables.
@@ -164,6 +168,7 @@ impl Confinement {
                 data_dir: i.data_dir,
                 user_home: i.user_home,
                 hook_home: i.hook_home,
+                earlier_home: i.earlier_home,
                 launcher: i.launcher,
                 venv: i.venv,
                 path_vars: i.path_vars,
