@@ -457,6 +457,31 @@ fn registered_routes() -> BTreeSet<(String, String)> {
     routes
 }
 
+/// The short route list of `ctxhost serve --help` is written by hand: each
+/// route it names must be one the router has.
+#[test]
+fn every_route_serve_help_names_exists() {
+    let a = crate::util::ctxhost().args(["serve", "--help"]).assert().success();
+    let help = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    let registered = registered_routes();
+    let mut named = 0;
+    for line in help.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        for pair in words.windows(2) {
+            let method = pair[0];
+            if ["GET", "POST", "PUT", "PATCH", "DELETE"].contains(&method) && pair[1].starts_with('/') {
+                let path = pair[1].trim_end_matches(',');
+                named += 1;
+                assert!(
+                    registered.contains(&(method.to_owned(), path.to_owned())),
+                    "`ctxhost serve --help` names {method} {path}, which the router does not have:\n{help}"
+                );
+            }
+        }
+    }
+    assert!(named >= 5, "found {named} routes in:\n{help}");
+}
+
 #[test]
 fn every_route_is_documented_and_every_documented_route_exists() {
     let documented: BTreeSet<(String, String)> = sections(&reference("routes.md"))

@@ -705,6 +705,18 @@ fn state_in_the_users_own_home_is_named_or_shared_on_request() {
         "",
     );
     let home = user_home(p.root.path());
+    // An empty dir there (what earlier versions made for every plugin they
+    // loaded) holds no state: nothing to say.
+    std::fs::create_dir_all(home.join(".librefang/plugins/t")).unwrap();
+    let a = ctxhost()
+        .env("HOME", &home)
+        .arg("--home")
+        .arg(p.root.path().join("another-home"))
+        .args(["hook", p.dir.to_str().unwrap(), "ingest"])
+        .write_stdin("{}")
+        .assert()
+        .success();
+    assert!(!stderr(&a).contains("holds state from before"), "{}", stderr(&a));
     write(&home.join(".librefang/plugins/t/state"), "old\n");
     let run = || {
         p.cmd()

@@ -34,8 +34,9 @@ Examples:
   ctxhost new my-notes --runtime node        # a plugin that works as generated
   ctxhost plugin install ./my-plugin
 
-Files (spec section 12): home `~/.ctxhost` (--home, CTXHOST_HOME), plugins `<home>/plugins`
-(--plugins-dir, CTXHOST_PLUGINS_DIR), config `<home>/config.toml` (--config)."
+Files: home `~/.ctxhost` (--home, CTXHOST_HOME), plugins `<home>/plugins`
+(--plugins-dir, CTXHOST_PLUGINS_DIR), config `<home>/config.toml` (--config).
+Guides and reference: docs/README.md in the ctxhost repository."
 )]
 pub struct Cli {
     /// ctxhost's home directory [default: $CTXHOST_HOME or ~/.ctxhost]

@@ -32,7 +32,8 @@ Routes:
   GET  /api/context-engine/metrics       per-hook counters (204 without plugins)
   GET  /metrics, GET /healthz
 POST routes and doctor need `Authorization: Bearer <token>` when a token is set.
-Connection, time and body limits: `[server]` in config.toml (README, config section).
+Every route, its body and answers: docs/reference/routes.md in the ctxhost repository.
+Connection, time and body limits: `[server]` in config.toml (docs/reference/config.md).
 
 Examples:
   ctxhost serve

@@ -339,7 +339,8 @@ fn an_after_turn_the_memory_did_not_store_is_an_error_the_caller_sees() {
     // `ctxhost run`: the turn fails, the command fails, naming the reason.
     let transcript = home.path().join("chat.jsonl");
     write(&transcript, "{\"user\":\"lost in run\",\"assistant\":\"ok\"}\n");
-    let out = home.run(&["run", "--transcript", transcript.to_str().unwrap()]);
+    let memory = home.path().join("memory.db");
+    let out = home.run(&["run", "--memory", memory.to_str().unwrap(), "--transcript", transcript.to_str().unwrap()]);
     assert!(!out.status.success(), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("disk full") && stderr.contains("not stored"), "{stderr}");

@@ -337,7 +337,7 @@ impl FsPolicy {
                 let mode = if lazy.shared && self.hook_id.is_some() { 0o1777 } else { 0o755 };
                 match Root::make_beneath(&lazy.parent, &lazy.name, mode) {
                     Ok((root, made_now)) => {
-                        if let Some(earlier) = lazy.earlier.as_ref().filter(|e| made_now && e.is_dir()) {
+                        if let Some(earlier) = lazy.earlier.as_ref().filter(|e| made_now && holds_anything(e)) {
                             tracing::warn!(
                                 "plugin '{}': its hooks now keep LibreFang state in `{}` (their HOME is inside \
                                  ctxhost's home), but `{}` holds state from before: move it there, or set \
@@ -467,6 +467,12 @@ fn launcher_roots(launcher: Option<&Path>, home: Option<&Path>) -> Vec<PathBuf> 
         roots.push(home.join(".local/lib").join(&name).join("site-packages"));
     }
     roots
+}
+
+/// Whether `dir` is a directory with at least one entry: an empty one (as
+/// earlier versions made for every plugin they loaded) holds no state.
+fn holds_anything(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some())
 }
 
 #[cfg(test)]
