@@ -163,16 +163,18 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
+    /// u1 a1 u2 a2 u3, 10 tokens of text each, and what one costs.
+    fn five_turns() -> (usize, Vec<Message>) {
+        let history = ["u1", "a1", "u2", "a2", "u3"]
+            .iter()
+            .map(|tag| msg(if tag.starts_with('u') { "user" } else { "assistant" }, 10, tag))
+            .collect();
+        (10 + MESSAGE_OVERHEAD, history)
+    }
+
     #[test]
     fn drops_oldest_first() {
-        let each = 10 + MESSAGE_OVERHEAD;
-        let history = vec![
-            msg("user", 10, "u1"),
-            msg("assistant", 10, "a1"),
-            msg("user", 10, "u2"),
-            msg("assistant", 10, "a2"),
-            msg("user", 10, "u3"),
-        ];
+        let (each, history) = five_turns();
         let out = fit("", &history, 3 * each, &counter());
         assert_eq!(tags(&out), ["u2", "a2", "u3"]);
         let out = fit("", &history, 100 * each, &counter());
@@ -181,14 +183,7 @@ mod tests {
 
     #[test]
     fn the_plan_says_why_each_group_was_dropped() {
-        let each = 10 + MESSAGE_OVERHEAD;
-        let history = vec![
-            msg("user", 10, "u1"),
-            msg("assistant", 10, "a1"),
-            msg("user", 10, "u2"),
-            msg("assistant", 10, "a2"),
-            msg("user", 10, "u3"),
-        ];
+        let (each, history) = five_turns();
         let p = plan("", &history, 3 * each + 4, &counter());
         assert_eq!(p.kept, [2, 3, 4]);
         assert_eq!(p.tokens, 3 * each);
