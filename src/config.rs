@@ -29,6 +29,7 @@ pub struct HostConfig {
     pub max_concurrent_hooks: usize,
     pub context_engine: ContextEngineConfig,
     pub memory: MemoryConfig,
+    pub store: StoreConfig,
     pub server: ServerConfig,
     pub sandbox: SandboxConfig,
     pub plugins: PluginsConfig,
@@ -53,6 +54,7 @@ impl Default for HostConfig {
             max_concurrent_hooks: 32,
             context_engine: ContextEngineConfig::default(),
             memory: MemoryConfig::default(),
+            store: StoreConfig::default(),
             server: ServerConfig::default(),
             sandbox: SandboxConfig::default(),
             plugins: PluginsConfig::default(),
@@ -122,6 +124,82 @@ impl ContextEngineConfig {
 pub struct MemoryConfig {
     /// The database file [default: `<home>/memory.db`].
     pub path: Option<std::path::PathBuf>,
+}
+
+/// `[store]`: where the shared state lives (vfs, triggers, storage, config
+/// values, enable state, the after_turn journal).
+#[derive(Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// A PostgreSQL URL (`postgres://user@host/db`, `?host=/socket/dir`);
+    /// `CTXHOST_STORE_URL` wins. None: SQLite in the home (`state.db`).
+    pub url: Option<String>,
+}
+
+/// The variable naming the store's URL; it wins over `[store] url` (as the
+/// environment wins over the file everywhere else: `CTXHOST_TOKEN`).
+pub const STORE_URL_VAR: &str = "CTXHOST_STORE_URL";
+
+impl StoreConfig {
+    /// The URL in force: `CTXHOST_STORE_URL` (from `env`) when set and not
+    /// empty, else `[store] url`; `None` is the embedded SQLite store.
+    pub fn effective_url(&self, env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+        env(STORE_URL_VAR)
+            .filter(|u| !u.trim().is_empty())
+            .or_else(|| self.url.clone().filter(|u| !u.trim().is_empty()))
+    }
+}
+
+/// The password never shows, also in `{:?}` of the whole config.
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreConfig").field("url", &self.url.as_deref().map(redact_url)).finish()
+    }
+}
+
+/// `url` with its password replaced by `***`: the one of the user part
+/// (`postgres://user:secret@…`) and any `password=` parameter (URL query
+/// or `key=value` form). What every message and log shows of a store URL.
+pub fn redact_url(url: &str) -> String {
+    let mut out = url.to_owned();
+    if let Some(scheme_end) = out.find("://") {
+        let rest_start = scheme_end + 3;
+        let authority_end = out[rest_start..].find(['/', '?']).map_or(out.len(), |i| rest_start + i);
+        if let Some(at) = out[rest_start..authority_end].rfind('@').map(|i| rest_start + i)
+            && let Some(colon) = out[rest_start..at].find(':').map(|i| rest_start + i)
+        {
+            out.replace_range(colon + 1..at, "***");
+        }
+    }
+    let mut redacted = String::with_capacity(out.len());
+    let mut rest = out.as_str();
+    while let Some(i) = rest.to_ascii_lowercase().find("password=") {
+        let value_start = i + "password=".len();
+        redacted.push_str(&rest[..value_start]);
+        redacted.push_str("***");
+        let tail = &rest[value_start..];
+        let end = if tail.starts_with('\'') {
+            // key='quoted value' (a \' inside is an escaped quote).
+            let mut end = tail.len();
+            let mut escaped = false;
+            for (j, c) in tail.char_indices().skip(1) {
+                match c {
+                    '\\' if !escaped => escaped = true,
+                    '\'' if !escaped => {
+                        end = j + 1;
+                        break;
+                    }
+                    _ => escaped = false,
+                }
+            }
+            end
+        } else {
+            tail.find(['&', ' ', '\t']).unwrap_or(tail.len())
+        };
+        rest = &tail[end..];
+    }
+    redacted.push_str(rest);
+    redacted
 }
 
 /// `[server]`: `ctxhost serve`.
@@ -272,6 +350,7 @@ pub const KEYS: &[(&str, &[&str])] = &[
     ("", KNOWN_KEYS),
     ("context_engine", ENGINE_KEYS),
     ("memory", MEMORY_KEYS),
+    ("store", STORE_KEYS),
     ("server", SERVER_KEYS),
     ("sandbox", SANDBOX_KEYS),
     ("plugins", PLUGINS_KEYS),
@@ -279,10 +358,12 @@ pub const KEYS: &[(&str, &[&str])] = &[
 ];
 
 /// Tables whose unknown keys fail the load: a misspelt key there would
-/// silently weaken the sandbox or change what is installed or started.
-pub const STRICT_TABLES: &[&str] = &["sandbox", "plugins", "faustbot"];
+/// silently weaken the sandbox, change what is installed or started, or
+/// (`[store]`) give one instance a state of its own.
+pub const STRICT_TABLES: &[&str] = &["sandbox", "plugins", "faustbot", "store"];
 
 const MEMORY_KEYS: &[&str] = &["path"];
+const STORE_KEYS: &[&str] = &["url"];
 const SANDBOX_KEYS: &[&str] = &["require", "max_processes", "hook_home"];
 const PLUGINS_KEYS: &[&str] = &["optional"];
 const FAUSTBOT_KEYS: &[&str] = &["install_deps_at_start"];
@@ -293,6 +374,7 @@ const KNOWN_KEYS: &[&str] = &[
     "max_concurrent_hooks",
     "context_engine",
     "memory",
+    "store",
     "server",
     "sandbox",
     "plugins",
@@ -371,6 +453,7 @@ mod tests {
             ("", fields(&format!("{:?}", HostConfig::default()))),
             ("context_engine", fields(&format!("{:?}", ContextEngineConfig::default()))),
             ("memory", fields(&format!("{:?}", MemoryConfig::default()))),
+            ("store", fields(&format!("{:?}", StoreConfig::default()))),
             ("server", fields(&format!("{:?}", ServerConfig::default()))),
             ("sandbox", fields(&format!("{:?}", SandboxConfig::default()))),
             ("plugins", fields(&format!("{:?}", PluginsConfig::default()))),
@@ -474,5 +557,44 @@ mod tests {
         std::fs::write(&file, "allowed_env_vars = [\n").unwrap();
         let err = HostConfig::load(&file).unwrap_err().to_string();
         assert!(err.contains("line 1"), "{err}");
+    }
+
+    #[test]
+    fn store_url_from_the_file_or_the_variable_and_never_its_password() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.toml");
+        std::fs::write(&file, "[store]\nurl = \"postgres://ctx:hunter2@db.example/ctx?sslmode=disable\"\n").unwrap();
+        let (c, _) = HostConfig::load(&file).unwrap();
+        let none = |_: &str| None;
+        assert_eq!(
+            c.store.effective_url(&none).as_deref(),
+            Some("postgres://ctx:hunter2@db.example/ctx?sslmode=disable")
+        );
+        let env = |k: &str| (k == STORE_URL_VAR).then(|| "postgres://other@/x?host=/run/pg".to_owned());
+        assert_eq!(
+            c.store.effective_url(&env).as_deref(),
+            Some("postgres://other@/x?host=/run/pg"),
+            "the variable wins"
+        );
+        let empty = |_: &str| Some(String::new());
+        assert!(c.store.effective_url(&empty).is_some(), "an empty variable is no URL");
+        assert!(HostConfig::default().store.effective_url(&none).is_none(), "no URL: SQLite");
+        let debug = format!("{c:?}");
+        assert!(!debug.contains("hunter2") && debug.contains("postgres://ctx:***@db.example/ctx"), "{debug}");
+        // A misspelt key would leave this instance on a state of its own.
+        std::fs::write(&file, "[store]\nurll = \"postgres://x\"\n").unwrap();
+        let err = HostConfig::load(&file).unwrap_err().to_string();
+        assert!(err.contains("unknown key `store.urll`") && err.contains("did you mean `url`"), "{err}");
+
+        for (url, want) in [
+            ("postgres://u:p%40ss@h:5432/db", "postgres://u:***@h:5432/db"),
+            ("postgres://u@h/db?password=s3&host=/x", "postgres://u@h/db?password=***&host=/x"),
+            ("postgresql://u:a:b@h/db", "postgresql://u:***@h/db"),
+            ("host=/tmp user=u password='s3 c\\'ret' dbname=d", "host=/tmp user=u password=*** dbname=d"),
+            ("host=h PASSWORD=plain dbname=d", "host=h PASSWORD=*** dbname=d"),
+            ("postgres://u@/db?host=/run/a@b", "postgres://u@/db?host=/run/a@b"),
+        ] {
+            assert_eq!(redact_url(url), want, "{url}");
+        }
     }
 }

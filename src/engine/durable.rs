@@ -30,7 +30,7 @@ use super::stack::StackLayer;
 use crate::config::ContextEngineConfig;
 use crate::home::Home;
 use crate::host::store::journal::{
-    Claimed, EntryId, FailOutcome, Journal, JournalError, Lease, NewEntry, Owner, RetryPolicy, SqliteJournal,
+    Claimed, EntryId, FailOutcome, Journal, JournalError, Lease, NewEntry, Owner, RetryPolicy,
 };
 use crate::manifest::FailurePolicy;
 use crate::metrics::{JournalEvent, Metrics};
@@ -49,18 +49,19 @@ const BATCH: usize = 16;
 /// A journal error is logged at most this often by the pump.
 const ERROR_LOG_EVERY: Duration = Duration::from_secs(60);
 
-/// The journal in `<home>/state.db`, retrying after `[context_engine]`
-/// `after_turn_max_attempts` and `after_turn_retry_ms`. Blocks (opens a file).
+/// The journal of `home` (in `<home>/state.db`, or the PostgreSQL store its
+/// `[store] url` names), retrying after `[context_engine]`
+/// `after_turn_max_attempts` and `after_turn_retry_ms`. Blocks.
 ///
 /// # Errors
-/// The file cannot be created or opened as the journal.
+/// The file or database cannot be opened as the journal.
 pub fn open_journal(home: &Home, config: &ContextEngineConfig) -> Result<Arc<dyn Journal>, JournalError> {
     let policy = RetryPolicy {
         max_attempts: config.after_turn_max_attempts.max(1),
         backoff: Duration::from_millis(config.after_turn_retry_ms),
         max_backoff: MAX_BACKOFF,
     };
-    Ok(Arc::new(SqliteJournal::open(&home.state_db(), policy)?))
+    crate::host::store::open_journal(home, policy)
 }
 
 /// The longest wait between two attempts of a journaled call.
@@ -344,7 +345,7 @@ mod tests {
     use crate::engine::ContextEngine;
     use crate::engine::default::DefaultSettings;
     use crate::engine::stack::{StackEngine, StackSettings};
-    use crate::host::store::journal::EntryInfo;
+    use crate::host::store::journal::{EntryInfo, SqliteJournal};
     use crate::manifest::ExecSettings;
     use crate::protocol::{AfterTurnRequest, Message, Role};
     use crate::runner::{BoxFuture, CallOptions, HookError, Runner};
@@ -513,6 +514,7 @@ mod measure {
     use crate::engine::ContextEngine;
     use crate::engine::default::DefaultSettings;
     use crate::engine::stack::{StackEngine, StackSettings};
+    use crate::host::store::journal::SqliteJournal;
     use crate::manifest::ExecSettings;
     use crate::protocol::{AfterTurnRequest, Message, Role};
     use crate::runner::{BoxFuture, CallOptions, HookError, Runner};

@@ -20,12 +20,20 @@
 //! means — paths, trigger kinds, schemas are `host::{vfs,triggers,config}`'s
 //! — and never calls a plugin.
 //!
+//! Which backend: [`open`] reads the home's store URL ([`store_url`]:
+//! `CTXHOST_STORE_URL`, else `[store] url` of its config.toml); none is the
+//! embedded SQLite store, a `postgres://` URL the PostgreSQL one
+//! ([`postgres`]), shared by several instances.
+//!
 //! Old JSON and TOML state files are imported once, at the first open
 //! ([`migrate`]). The after_turn journal (`journal.rs`, its own trait and
 //! table) shares the database file, not this trait.
 
+#[cfg(test)]
+mod contract;
 pub mod journal;
 pub mod migrate;
+pub mod postgres;
 pub mod quota;
 pub mod sqlite;
 
@@ -302,36 +310,101 @@ impl StoreError {
     }
 }
 
-/// The stores opened in this process, by database file: every part of the
-/// host on one home (engine, registry, `ctxhost hook`) shares one.
-static OPEN: Mutex<Option<HashMap<PathBuf, Weak<sqlite::SqliteStore>>>> = Mutex::new(None);
+/// The stores opened in this process, by database (`sqlite:<file>`,
+/// `postgres:<url>`): every part of the host on one home (engine, registry,
+/// `ctxhost hook`) shares one.
+static OPEN: Mutex<Option<HashMap<String, Weak<dyn Store>>>> = Mutex::new(None);
 
-/// The store of `home` (`<home>/state.db`), opened — and the home's old
-/// state files imported ([`migrate`]) — at the first call in this process;
-/// later calls share it while anyone holds it. Blocks.
+/// The PostgreSQL databases open in this process, by URL: the store and the
+/// journal of one home share one pool.
+static PG: Mutex<Option<HashMap<String, Weak<postgres::Pg>>>> = Mutex::new(None);
+
+/// The store URL of `home`: `CTXHOST_STORE_URL` when set (it wins), else
+/// `[store] url` of its config.toml; `None`: the embedded SQLite store.
 ///
 /// # Errors
-/// The database cannot be opened or upgraded, or an old state file cannot be
-/// read (named; it is left as it was and nothing is imported).
+/// The config file cannot be read (named).
+pub fn store_url(home: &Home) -> Result<Option<String>, StoreError> {
+    let env = |k: &str| std::env::var(k).ok();
+    if let Some(url) = crate::config::StoreConfig::default().effective_url(&env) {
+        return Ok(Some(url));
+    }
+    let (config, _) = crate::config::HostConfig::load(home.config_file())
+        .map_err(|e| StoreError::new("host", "open", StoreErrorKind::Backend(e.to_string())))?;
+    Ok(config.store.effective_url(&|_| None))
+}
+
+/// The database at `url`, opened (and its schema upgraded) at the first call
+/// in this process; later calls share it while anyone holds it. Blocks.
+///
+/// # Errors
+/// See [`postgres::Pg::open`].
+pub fn postgres_db(url: &str) -> Result<Arc<postgres::Pg>, StoreError> {
+    let mut open = PG.lock().unwrap_or_else(|p| p.into_inner());
+    let open = open.get_or_insert_with(HashMap::new);
+    if let Some(pg) = open.get(url).and_then(Weak::upgrade) {
+        return Ok(pg);
+    }
+    open.retain(|_, w| w.strong_count() > 0);
+    let pg = Arc::new(postgres::Pg::open(url, &postgres::Credentials::from_env())?);
+    open.insert(url.to_owned(), Arc::downgrade(&pg));
+    Ok(pg)
+}
+
+/// The store of `home` — `<home>/state.db`, or the PostgreSQL database its
+/// [`store_url`] names — opened, and the home's old state files imported
+/// ([`migrate`]), at the first call in this process; later calls share it
+/// while anyone holds it. Blocks.
+///
+/// # Errors
+/// The database cannot be opened, reached or upgraded, or an old state file
+/// cannot be read (named; it is left as it was and nothing is imported).
 pub fn open(home: &Home) -> Result<Arc<dyn Store>, StoreError> {
-    let path = home.state_db();
+    let url = store_url(home)?;
+    let key = match &url {
+        Some(url) => format!("postgres:{url}"),
+        None => format!("sqlite:{}", home.state_db().display()),
+    };
     // Opened under the lock, so one process never imports the old files twice.
     let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
     let open = open.get_or_insert_with(HashMap::new);
-    if let Some(store) = open.get(&path).and_then(Weak::upgrade) {
+    if let Some(store) = open.get(&key).and_then(Weak::upgrade) {
         return Ok(store);
     }
     open.retain(|_, w| w.strong_count() > 0);
-    let store = Arc::new(sqlite::SqliteStore::open(&path)?);
+    let store: Arc<dyn Store> = match &url {
+        Some(url) => Arc::new(postgres::store::PostgresStore::on(postgres_db(url)?)),
+        None => Arc::new(sqlite::SqliteStore::open(&home.state_db())?),
+    };
     migrate::run(home, &*store)?;
-    open.insert(path, Arc::downgrade(&store));
+    open.insert(key, Arc::downgrade(&store));
     Ok(store)
 }
 
-/// Whether `home` has any state yet: the database, or an old file to import.
-/// Readers of a home with none need not create one.
+/// The after_turn journal of `home`, on the same database as its store
+/// ([`open`]), retrying after `policy`. Blocks.
+///
+/// # Errors
+/// The database cannot be opened, reached or upgraded.
+pub fn open_journal(
+    home: &Home,
+    policy: journal::RetryPolicy,
+) -> Result<Arc<dyn journal::Journal>, journal::JournalError> {
+    let failed = |location: String, e: StoreError| journal::JournalError { location, op: "open", source: Box::new(e) };
+    match store_url(home).map_err(|e| failed(home.config_file().display().to_string(), e))? {
+        Some(url) => {
+            let pg = postgres_db(&url).map_err(|e| failed(crate::config::redact_url(&url), e))?;
+            Ok(Arc::new(postgres::journal::PostgresJournal::on(pg, policy)))
+        }
+        None => Ok(Arc::new(journal::SqliteJournal::open(&home.state_db(), policy)?)),
+    }
+}
+
+/// Whether `home` has any state yet: a store URL (the database is there),
+/// the database file, or an old file to import. Readers of a home with none
+/// need not create one.
 pub fn exists(home: &Home) -> bool {
-    home.state_db().exists() || migrate::has_legacy_files(home)
+    matches!(store_url(home), Ok(Some(_))) || home.state_db().exists() || migrate::has_legacy_files(home)
 }
 
 /// Runs `f` (store calls, file I/O) where blocking is allowed: on the

@@ -1,0 +1,647 @@
+//! The PostgreSQL backend of the state store, for several ctxhost instances
+//! on one state: the connection ([`Pg`]: URL and password, pool, runtime),
+//! the versioned migrations applied at open, and the error texts. The
+//! [`super::Store`] implementation is [`store::PostgresStore`], the journal's
+//! [`journal::PostgresJournal`]; both share one [`Pg`].
+//!
+//! The store's traits block, and their callers run them on the blocking
+//! pool ([`super::off_runtime`]). The client is async (tokio-postgres, pooled
+//! by deadpool-postgres): its connections are driven by a private runtime of
+//! one worker thread owned by [`Pg`], so they keep running whatever runtime
+//! the caller has (or none, as in `ctxhost hook`), and a call blocks its
+//! thread on the query's future with that runtime's context entered.
+//!
+//! The password (from the URL, or from `PGPASSFILE` / `~/.pgpass` when the
+//! URL has none) never reaches a message or a log: every text shows the URL
+//! redacted ([`crate::config::redact_url`]) and has the password scrubbed.
+//!
+//! Migrations: [`MIGRATIONS`], version `n` is `MIGRATIONS[n - 1]`, each
+//! applied in its own transaction, the version kept in `store_meta` as in
+//! SQLite. The instance that opens first applies them holding a session
+//! advisory lock ([`MIGRATION_LOCK`]) on a connection of its own, so two
+//! instances starting together never race; one that finds a version newer
+//! than it knows refuses to open. Must never: hold a pooled connection
+//! between two trait calls, or decide what a record means.
+
+pub mod journal;
+pub mod store;
+
+use std::error::Error as StdError;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::config::Host;
+use tokio_postgres::{Config, NoTls};
+
+use super::{StoreError, StoreErrorKind};
+use crate::config::redact_url;
+
+pub(crate) const BACKEND: &str = "postgres";
+
+/// The key of the session advisory lock held while migrating.
+pub const MIGRATION_LOCK: i64 = 0x6374_7868_6f73_7401; // "ctxhost" 01
+
+/// Connections kept per instance at most.
+const POOL_SIZE: usize = 16;
+
+/// How long a call waits for a pooled connection, and a new connection for the server.
+const WAIT: Duration = Duration::from_secs(30);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The schema, one entry per version (`MIGRATIONS[0]` makes version 1).
+/// The tables of the SQLite store, in PostgreSQL's types, and the journal's.
+pub const MIGRATIONS: &[&str] = &["
+CREATE TABLE vfs_nodes (
+    path TEXT COLLATE \"C\" PRIMARY KEY,
+    owner TEXT NOT NULL,
+    bytes BIGINT NOT NULL,
+    kind TEXT NOT NULL,
+    searchable BOOLEAN NOT NULL DEFAULT FALSE,
+    content TEXT
+);
+CREATE INDEX vfs_nodes_owner ON vfs_nodes (owner, bytes);
+CREATE TABLE triggers (
+    id TEXT COLLATE \"C\" PRIMARY KEY,
+    owner TEXT,
+    created BIGINT NOT NULL,
+    fired BIGINT,
+    wake BIGINT,
+    body TEXT NOT NULL
+);
+CREATE INDEX triggers_wake ON triggers (wake) WHERE wake IS NOT NULL;
+CREATE INDEX triggers_owner ON triggers (owner);
+CREATE TABLE plugin_storage (
+    plugin TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    key TEXT NOT NULL,
+    bytes BIGINT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (plugin, scope, agent, key)
+);
+CREATE INDEX plugin_storage_usage ON plugin_storage (plugin, bytes);
+CREATE TABLE plugin_config (
+    plugin TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (plugin, key)
+);
+CREATE TABLE plugin_state (
+    plugin TEXT PRIMARY KEY,
+    enabled BOOLEAN NOT NULL
+);
+CREATE TABLE store_imports (
+    source TEXT PRIMARY KEY,
+    imported_at BIGINT NOT NULL
+);
+CREATE TABLE journal_entries (
+    id BIGSERIAL PRIMARY KEY,
+    hook TEXT NOT NULL,
+    target TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    origin TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    not_before BIGINT NOT NULL,
+    owner TEXT,
+    lease_until BIGINT,
+    last_error TEXT,
+    dead_at BIGINT
+);
+CREATE INDEX journal_entries_due ON journal_entries (target, dead_at, not_before);
+CREATE INDEX journal_entries_owner ON journal_entries (owner) WHERE owner IS NOT NULL;
+"];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// One database: the pool, the runtime driving its connections, and how to
+/// name it in messages.
+pub struct Pg {
+    /// `Some` until dropped (shut down without blocking: the last owner may
+    /// be on an async thread).
+    rt: Option<tokio::runtime::Runtime>,
+    pool: Pool,
+    /// The URL, redacted.
+    location: String,
+    /// The password, scrubbed from every message.
+    secret: Option<String>,
+}
+
+impl Drop for Pg {
+    fn drop(&mut self) {
+        self.pool.close();
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Where the password comes from, besides the URL.
+#[derive(Debug, Clone, Default)]
+pub struct Credentials {
+    /// `PGPASSFILE`, else `~/.pgpass` (read when the URL has no password).
+    pub passfile: Option<PathBuf>,
+    /// The user when the URL names none (`USER`).
+    pub default_user: Option<String>,
+}
+
+impl Credentials {
+    /// From the process environment, as libpq reads it.
+    pub fn from_env() -> Credentials {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let passfile =
+            var("PGPASSFILE").map(PathBuf::from).or_else(|| var("HOME").map(|h| Path::new(&h).join(".pgpass")));
+        Credentials { passfile, default_user: var("USER") }
+    }
+}
+
+impl Pg {
+    /// Connects to `url`, checks the server answers, and brings the schema
+    /// to [`SCHEMA_VERSION`] (under [`MIGRATION_LOCK`]). Blocks.
+    ///
+    /// # Errors
+    /// A URL that does not parse, a server that cannot be reached or refuses
+    /// the login (the message names the URL, redacted), or a schema newer
+    /// than this build's.
+    pub fn open(url: &str, credentials: &Credentials) -> Result<Pg, StoreError> {
+        const OP: &str = "open";
+        let location = redact_url(url);
+        let mut config = Config::from_str(url).map_err(|e| {
+            StoreError::new(BACKEND, OP, StoreErrorKind::Backend(format!("`{location}` is not a PostgreSQL URL: {e}")))
+        })?;
+        if config.get_user().is_none() {
+            match &credentials.default_user {
+                Some(user) => {
+                    config.user(user);
+                }
+                None => {
+                    return Err(StoreError::new(
+                        BACKEND,
+                        OP,
+                        StoreErrorKind::Backend(format!("`{location}` names no user (and USER is not set)")),
+                    ));
+                }
+            }
+        }
+        if config.get_password().is_none()
+            && let Some(file) = &credentials.passfile
+            && let Some(password) = passfile_password(file, &config)
+        {
+            config.password(password);
+        }
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        let secret = config.get_password().map(|p| String::from_utf8_lossy(p).into_owned()).filter(|p| !p.is_empty());
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("ctxhost-pg")
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                StoreError::new(BACKEND, OP, StoreErrorKind::Backend(format!("cannot start a runtime: {e}")))
+            })?;
+        let manager =
+            Manager::from_config(config.clone(), NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let pool = {
+            let _enter = rt.enter();
+            Pool::builder(manager)
+                .max_size(POOL_SIZE)
+                .runtime(Runtime::Tokio1)
+                .wait_timeout(Some(WAIT))
+                .create_timeout(Some(CONNECT_TIMEOUT + Duration::from_secs(1)))
+                .build()
+        }
+        .map_err(|e| StoreError::new(BACKEND, OP, StoreErrorKind::Backend(format!("cannot make a pool: {e}"))))?;
+        let pg = Pg { rt: Some(rt), pool, location, secret };
+        pg.migrate(&config)?;
+        Ok(pg)
+    }
+
+    /// The URL, redacted: how messages name the database.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// The pool (for the backends in this module).
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Runs `f` to completion on this thread, with the private runtime's
+    /// context entered (its connections are driven by that runtime's worker).
+    pub(crate) fn run<F: Future>(&self, f: F) -> F::Output {
+        let _enter = self.rt.as_ref().map(tokio::runtime::Runtime::enter);
+        futures_executor::block_on(f)
+    }
+
+    /// `e` and its causes as one text, the password scrubbed.
+    pub(crate) fn text(&self, e: &(dyn StdError + 'static)) -> String {
+        let mut out = e.to_string();
+        let mut cause = e.source();
+        while let Some(c) = cause {
+            let next = c.to_string();
+            if !out.ends_with(&next) {
+                out.push_str(": ");
+                out.push_str(&next);
+            }
+            cause = c.source();
+        }
+        self.scrub(out)
+    }
+
+    /// `text` without the password.
+    pub(crate) fn scrub(&self, text: String) -> String {
+        match &self.secret {
+            Some(secret) if text.contains(secret.as_str()) => text.replace(secret.as_str(), "***"),
+            _ => text,
+        }
+    }
+
+    /// A backend failure of `op`.
+    pub(crate) fn fail(&self, op: &'static str) -> impl Fn(&(dyn StdError + 'static)) -> StoreError + '_ {
+        move |e| StoreError::new(BACKEND, op, StoreErrorKind::Backend(self.text(e)))
+    }
+
+    /// Brings the schema to [`SCHEMA_VERSION`] on a connection of its own
+    /// (closing it releases the lock, whatever happened).
+    fn migrate(&self, config: &Config) -> Result<(), StoreError> {
+        const OP: &str = "open";
+        let unreachable = |e: &tokio_postgres::Error| {
+            StoreError::new(
+                BACKEND,
+                OP,
+                StoreErrorKind::Backend(format!("cannot reach the database `{}`: {}", self.location, self.text(e))),
+            )
+        };
+        let failed = |e: &tokio_postgres::Error| {
+            StoreError::new(
+                BACKEND,
+                OP,
+                StoreErrorKind::Backend(format!("`{}`: cannot upgrade the schema: {}", self.location, self.text(e))),
+            )
+        };
+        self.run(async {
+            let (mut client, conn) = config.connect(NoTls).await.map_err(|e| unreachable(&e))?;
+            let driver = tokio::spawn(conn);
+            let out = async {
+                client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK]).await.map_err(|e| failed(&e))?;
+                client
+                    .batch_execute("CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                    .await
+                    .map_err(|e| failed(&e))?;
+                let row = client
+                    .query_opt("SELECT value FROM store_meta WHERE key = 'schema_version'", &[])
+                    .await
+                    .map_err(|e| failed(&e))?;
+                let found = match row.map(|r| r.get::<_, String>(0)) {
+                    None => 0,
+                    Some(text) => text.parse::<u32>().map_err(|e| {
+                        StoreError::new(
+                            BACKEND,
+                            OP,
+                            StoreErrorKind::Corrupt {
+                                what: format!("`{}` store_meta schema_version {text:?}", self.location),
+                                reason: e.to_string(),
+                            },
+                        )
+                    })?,
+                };
+                if found > SCHEMA_VERSION {
+                    return Err(StoreError::new(
+                        BACKEND,
+                        OP,
+                        StoreErrorKind::Backend(format!(
+                            "`{}` holds schema version {found}, written by a newer ctxhost; this one knows version \
+                             {SCHEMA_VERSION}",
+                            self.location
+                        )),
+                    ));
+                }
+                for version in found + 1..=SCHEMA_VERSION {
+                    let tx = client.transaction().await.map_err(|e| failed(&e))?;
+                    tx.batch_execute(MIGRATIONS[version as usize - 1]).await.map_err(|e| failed(&e))?;
+                    tx.execute(
+                        "INSERT INTO store_meta (key, value) VALUES ('schema_version', $1) \
+                         ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                        &[&version.to_string()],
+                    )
+                    .await
+                    .map_err(|e| failed(&e))?;
+                    tx.commit().await.map_err(|e| failed(&e))?;
+                    tracing::info!("{}: store schema upgraded to version {version}", self.location);
+                }
+                client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK]).await.map_err(|e| failed(&e))?;
+                Ok(())
+            }
+            .await;
+            drop(client);
+            let _ = driver.await;
+            out
+        })
+    }
+}
+
+/// The password `~/.pgpass`-format `file` holds for `config`'s first host,
+/// port, database and user (`*` matches anything; `\:` and `\\` escape),
+/// as libpq reads it: ignored, with a warning, when others may read it.
+fn passfile_password(file: &Path, config: &Config) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(file).ok()?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        tracing::warn!("{}: ignored: others may read it (its mode must be 0600 or less, as for libpq)", file.display());
+        return None;
+    }
+    let text = std::fs::read_to_string(file).ok()?;
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(h)) => h.clone(),
+        Some(Host::Unix(p)) => p.display().to_string(),
+        None => "localhost".to_owned(),
+    };
+    let unix = matches!(config.get_hosts().first(), Some(Host::Unix(_)) | None);
+    let port = config.get_ports().first().copied().unwrap_or(5432).to_string();
+    let user = config.get_user().unwrap_or_default();
+    let db = config.get_dbname().unwrap_or(user);
+    for line in text.lines() {
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let fields = split_pgpass(line);
+        let [h, p, d, u, password] = fields.as_slice() else { continue };
+        let matches = |pattern: &str, value: &str| pattern == "*" || pattern == value;
+        let host_ok = matches(h, &host) || (unix && h == "localhost");
+        if host_ok && matches(p, &port) && matches(d, db) && matches(u, user) {
+            return Some(password.clone());
+        }
+    }
+    None
+}
+
+/// The five fields of a `.pgpass` line (`:` separates, `\` escapes).
+fn split_pgpass(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some(next) = chars.next()
+                    && let Some(f) = fields.last_mut()
+                {
+                    f.push(next);
+                }
+            }
+            ':' if fields.len() < 5 => fields.push(String::new()),
+            c => {
+                if let Some(f) = fields.last_mut() {
+                    f.push(c);
+                }
+            }
+        }
+    }
+    fields
+}
+
+#[cfg(test)]
+#[path = "../../../../tests/util/pg.rs"]
+mod pg;
+
+#[cfg(test)]
+mod tests {
+    use super::store::PostgresStore;
+    use super::*;
+    use crate::host::store::journal::{Journal, Lease, NewEntry, Owner, RetryPolicy};
+    use crate::host::store::{Actor, DueStep, Store, contract};
+    use std::sync::Arc;
+
+    fn open(url: &str) -> PostgresStore {
+        PostgresStore::open(url, &Credentials::default()).unwrap()
+    }
+
+    fn fresh() -> PostgresStore {
+        open(&super::pg::database().url)
+    }
+
+    #[test]
+    fn the_store_contract_holds_on_postgres() {
+        contract::vfs_nodes(&fresh());
+        contract::vfs_quota(&fresh());
+        contract::triggers(&fresh());
+        contract::storage(&fresh());
+        contract::config_and_choices(&fresh());
+        let db = super::pg::database();
+        contract::concurrent_writers(Arc::new(open(&db.url)), Arc::new(open(&db.url)));
+    }
+
+    /// Two instances claiming the due triggers of one database at once: each
+    /// firing is taken exactly once.
+    #[test]
+    fn two_stores_take_each_due_trigger_exactly_once() {
+        let db = super::pg::database();
+        let (a, b) = (Arc::new(open(&db.url)), Arc::new(open(&db.url)));
+        const N: usize = 400;
+        for i in 0..N {
+            // Half fire once, half fire and wake again in the far future.
+            a.trigger_put(&contract::trigger(&format!("t{i:04}"), None, Some(100 + (i % 7) as u64)), Actor::Host)
+                .unwrap();
+        }
+        let taken: Vec<Vec<String>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = [a.clone(), b.clone(), a.clone(), b.clone()]
+                .into_iter()
+                .map(|s| {
+                    scope.spawn(move || {
+                        let mut got = Vec::new();
+                        for _ in 0..50 {
+                            let claimed = s
+                                .triggers_take_due(1_000, &mut |r| {
+                                    if r.id.ends_with(['0', '2', '4', '6', '8']) {
+                                        DueStep::FireOnce
+                                    } else {
+                                        DueStep::Fire { fired: 1_000, wake: Some(u64::MAX / 4) }
+                                    }
+                                })
+                                .unwrap();
+                            got.extend(claimed.into_iter().map(|(r, _)| r.id));
+                        }
+                        got
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut all: Vec<String> = taken.concat();
+        all.sort();
+        let n = all.len();
+        all.dedup();
+        assert_eq!((n, all.len()), (N, N), "every due trigger taken, none twice");
+        assert_eq!(a.trigger_list().unwrap().len(), N / 2, "the fire-once ones are gone");
+        assert!(a.trigger_list().unwrap().iter().all(|t| t.fired == Some(1_000)));
+        assert!(b.triggers_take_due(1_000, &mut |_| panic!("nothing is due any more")).unwrap().is_empty());
+    }
+
+    /// Instances starting together: one migrates, the others wait on the
+    /// lock and find the schema done.
+    #[test]
+    fn instances_opening_together_migrate_once() {
+        let db = super::pg::database();
+        let stores: Vec<PostgresStore> = std::thread::scope(|scope| {
+            let hs: Vec<_> = (0..4).map(|_| scope.spawn(|| open(&db.url))).collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for s in &stores {
+            assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+        }
+        let rows = db.query("SELECT key, value FROM store_meta").unwrap();
+        assert_eq!(rows, [[Some("schema_version".to_owned()), Some(SCHEMA_VERSION.to_string())]]);
+    }
+
+    #[test]
+    fn a_newer_schema_and_an_unreachable_database_are_clear_errors() {
+        let db = super::pg::database();
+        drop(open(&db.url));
+        db.execute("UPDATE store_meta SET value = '99' WHERE key = 'schema_version'").unwrap();
+        let err = PostgresStore::open(&db.url, &Credentials::default()).err().unwrap().to_string();
+        assert!(err.starts_with("postgres store, open: ") && err.contains("schema version 99"), "{err}");
+        assert!(err.contains(&db.name) && err.contains("newer ctxhost"), "{err}");
+
+        let gone = "postgres://ctx:hunter2@/state?host=/nonexistent/socket/dir";
+        let err = PostgresStore::open(gone, &Credentials::default()).err().unwrap().to_string();
+        assert!(
+            err.contains("cannot reach the database `postgres://ctx:***@/state?host=/nonexistent/socket/dir`"),
+            "{err}"
+        );
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+
+    /// A password given in the URL or found in a passfile logs in, and shows
+    /// in no error: not a refused login's, not a failed statement's.
+    #[test]
+    fn the_password_logs_in_and_never_shows() {
+        let db = super::pg::database();
+        let secret = "Sup3r-s3cret-PW";
+        let url = db.role("ctx_user", secret);
+        let s = PostgresStore::open(&url, &Credentials::default()).unwrap();
+        s.set_plugin_choice("p", false).unwrap();
+        assert_eq!(s.plugin_choice("p").unwrap(), Some(false));
+        let location = s.location().to_owned();
+        assert!(location.contains("ctx_user:***@") && !location.contains(secret), "{location}");
+
+        let wrong = url.replace(secret, "not-it-at-all");
+        let err = PostgresStore::open(&wrong, &Credentials::default()).err().unwrap().to_string();
+        assert!(err.contains("password authentication failed"), "{err}");
+        assert!(!err.contains("not-it-at-all") && !err.contains(secret), "{err}");
+
+        // No password in the URL: the passfile's.
+        let dir = tempfile::tempdir().unwrap();
+        let passfile = dir.path().join("pgpass");
+        std::fs::write(&passfile, format!("*:*:{}:ctx_user:{secret}\n", db.name)).unwrap();
+        std::fs::set_permissions(&passfile, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        let bare = url.replace(&format!(":{secret}"), "");
+        assert!(!bare.contains(secret));
+        let creds = Credentials { passfile: Some(passfile), default_user: None };
+        let s = PostgresStore::open(&bare, &creds).unwrap();
+        assert_eq!(s.plugin_choice("p").unwrap(), Some(false));
+        // A failing statement's error does not carry it either.
+        db.execute("REVOKE ALL ON plugin_state FROM ctx_user; ALTER TABLE plugin_state OWNER TO postgres").unwrap();
+        let err = s.set_plugin_choice("q", true).unwrap_err().to_string();
+        assert!(err.contains("permission denied") && !err.contains(secret), "{err}");
+    }
+
+    fn entry(target: &str, payload: &str, run_now: bool) -> NewEntry {
+        NewEntry {
+            hook: "after_turn".into(),
+            target: target.into(),
+            agent: "a1".into(),
+            payload: payload.into(),
+            run_now,
+        }
+    }
+
+    /// The journal on PostgreSQL: four claimers on two instances never share
+    /// an entry; a dead owner's entries are taken over when its lease runs out.
+    #[test]
+    fn the_journal_on_postgres_claims_once_and_takes_over_expired_leases() {
+        let db = super::pg::database();
+        let (a, b) = (open(&db.url), open(&db.url));
+        let ja = Arc::new(journal::PostgresJournal::on(a.pg().clone(), RetryPolicy::default()));
+        let jb = Arc::new(journal::PostgresJournal::on(b.pg().clone(), RetryPolicy::default()));
+        let me = Lease { owner: Owner::named("me"), duration: Duration::from_secs(60) };
+        let entries: Vec<NewEntry> = (0..200).map(|i| entry("p", &i.to_string(), false)).collect();
+        let ids = ja.append(&entries, &me).unwrap();
+        assert_eq!(ids.len(), 200);
+        let got: Vec<i64> = std::thread::scope(|scope| {
+            let hs: Vec<_> = (0..4)
+                .map(|t| {
+                    let j = if t % 2 == 0 { ja.clone() } else { jb.clone() };
+                    scope.spawn(move || {
+                        let lease = Lease { owner: Owner::named(format!("w{t}")), duration: Duration::from_secs(60) };
+                        let mut got = Vec::new();
+                        loop {
+                            let c = j.claim(&lease, 7, &["p".to_owned()]).unwrap();
+                            if c.entries.is_empty() {
+                                return got;
+                            }
+                            assert!(c.entries.iter().all(|e| e.attempt == 1));
+                            got.extend(c.entries.into_iter().map(|e| e.id));
+                        }
+                    })
+                })
+                .collect();
+            hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        });
+        let mut all = got.clone();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!((got.len(), all.len()), (200, 200));
+        for id in &ids {
+            assert!(ja.complete(*id).unwrap());
+        }
+        assert!(jb.pending().unwrap().is_empty());
+
+        // An instance dies holding entries: another takes them after the lease.
+        let dying = Lease { owner: Owner::named("dying"), duration: Duration::from_millis(300) };
+        let held = ja.append(&[entry("p", "x", true), entry("q", "y", true)], &dying).unwrap();
+        let other = Lease { owner: Owner::named("other"), duration: Duration::from_secs(60) };
+        let targets = ["p".to_owned(), "q".to_owned()];
+        let first = jb.claim(&other, 10, &targets).unwrap();
+        assert!(first.entries.is_empty(), "held under a live lease");
+        assert!(first.next_due.is_some(), "the lease's end is the next due time");
+        std::thread::sleep(Duration::from_millis(400));
+        let taken = jb.claim(&other, 10, &targets).unwrap();
+        assert_eq!(taken.entries.iter().map(|e| (e.id, e.attempt)).collect::<Vec<_>>(), [(held[0], 2), (held[1], 2)]);
+        assert_eq!(taken.entries[0].origin, "dying");
+        assert_eq!(jb.owners().unwrap(), ["other"]);
+        let outcome = jb.fail(held[0], &Owner::named("other"), "exit 1").unwrap();
+        assert!(matches!(outcome, crate::host::store::journal::FailOutcome::Retry { attempts: 2, .. }), "{outcome:?}");
+        assert_eq!(
+            ja.fail(held[1], &Owner::named("dying"), "late").unwrap(),
+            crate::host::store::journal::FailOutcome::NotHeld
+        );
+        assert_eq!(ja.pending().unwrap()[0].last_error.as_deref(), Some("exit 1"));
+    }
+
+    #[test]
+    fn pgpass_lines_match_as_libpq_matches_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pgpass");
+        std::fs::write(
+            &file,
+            "# comment\nother:5432:*:ctx:nope\n/run/pg:*:state:ctx:pa\\:ss\\\\word\n*:*:*:ctx:fallback\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        let cfg = |url: &str| Config::from_str(url).unwrap();
+        assert_eq!(
+            passfile_password(&file, &cfg("postgres://ctx@/state?host=/run/pg")).as_deref(),
+            Some("pa:ss\\word")
+        );
+        assert_eq!(passfile_password(&file, &cfg("postgres://ctx@db/other")).as_deref(), Some("fallback"));
+        assert_eq!(passfile_password(&file, &cfg("postgres://someone@db/other")), None);
+        std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        assert_eq!(passfile_password(&file, &cfg("postgres://ctx@db/other")), None, "others may read it: ignored");
+    }
+}
