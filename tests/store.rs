@@ -347,3 +347,44 @@ fn no_postgres_outlives_its_test_process() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// Two homes (two instances) on one PostgreSQL store: one through
+/// `CTXHOST_STORE_URL`, one through `[store] url`. An enable choice made
+/// through one is what the other lists; neither home gets a `state.db`; a
+/// store that cannot be reached fails the command naming the URL without
+/// its password.
+#[test]
+fn two_homes_on_one_postgres_store_share_the_enable_state() {
+    let db = pg::database();
+    let (a, b) = (Site::new(), Site::new());
+    service_worker(&a, "sw");
+    service_worker(&b, "sw");
+    write(&b.home().join("config.toml"), &format!("[store]\nurl = \"{}\"\n", db.url));
+    let on = |site: &Site, args: &[&str]| {
+        let mut cmd = ctxhost();
+        cmd.arg("--home").arg(site.home()).args(args);
+        if std::ptr::eq(site, &a) {
+            cmd.env("CTXHOST_STORE_URL", &db.url);
+        }
+        cmd.timeout(Duration::from_secs(60)).assert()
+    };
+    on(&a, &["plugin", "disable", "sw"]).success();
+    let listed: Value =
+        serde_json::from_slice(&on(&b, &["plugin", "list", "--json"]).success().get_output().stdout).unwrap();
+    let sw = listed.as_array().unwrap().iter().find(|p| p["name"] == "sw").unwrap().clone();
+    assert_eq!(sw["enabled"], false, "{listed}");
+    assert_eq!(db.query("SELECT plugin, enabled FROM plugin_state").unwrap(), [[Some("sw".into()), Some("f".into())]]);
+    assert!(!a.home().join("state.db").exists() && !b.home().join("state.db").exists());
+
+    let dead = "postgres://ctx:hunter2@/nowhere?host=/nonexistent/dir";
+    let out = ctxhost()
+        .arg("--home")
+        .arg(a.home())
+        .args(["plugin", "enable", "sw"])
+        .env("CTXHOST_STORE_URL", dead)
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .failure();
+    let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(err.contains("postgres://ctx:***@/nowhere") && !err.contains("hunter2"), "{err}");
+}
