@@ -5,15 +5,22 @@
 //! "Comparable ranking" is defined by [`RECALL_SET`]: for every case each
 //! backend returns exactly the expected set of memories within the limit
 //! (scope, tokenisation and the limit's cut agree), and where a case names a
-//! first memory — one that is clearly best: more distinct query words, or
-//! the same word more often, or the newer of two equal ones — that memory is
-//! first. The order after the first is each backend's own (BM25 weighs rare
-//! words up and saturates repeats; PostgreSQL's `ts_rank` does neither).
+//! first memory — one that is clearly best: more distinct query words, or a
+//! larger share of its words that are query words, or the newer of two equal
+//! ones — that memory is first. The order after the first is each backend's
+//! own: both rank by BM25, but PostgreSQL's statistics are those of the
+//! matches, FTS5's those of the whole table.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use ctxhost::engine::ContextEngine;
+use ctxhost::engine::default::memory::postgres::PgMemory;
 use ctxhost::engine::default::memory::{MemoryBackend, MemoryStore, NewMemory};
+use ctxhost::engine::default::{DefaultEngine, DefaultSettings};
+use ctxhost::protocol::{AfterTurnRequest, IngestRequest, Message, Role};
+
+use crate::util::pg;
 
 /// The memories every backend stores first: (agent, peer, content).
 const MEMORIES: &[(&str, Option<&str>, &str)] = &[
@@ -116,6 +123,15 @@ const RECALL_SET: &[Case] = &[
         first: Some(GARDEN_1),
     },
     Case {
+        what: "only operators and quotes",
+        agent: "a1",
+        peer: None,
+        query: "& | ! ( ) : * ' \" <-> '' \\",
+        limit: 5,
+        set: &[],
+        first: None,
+    },
+    Case {
         what: "case does not matter",
         agent: "a1",
         peer: None,
@@ -207,6 +223,15 @@ const RECALL_SET: &[Case] = &[
         limit: 5,
         set: &[JAZZ_1, JAZZ_2],
         first: Some(JAZZ_2),
+    },
+    Case {
+        what: "one mention in a short memory beats two in a long one",
+        agent: "a1",
+        peer: None,
+        query: "jazz",
+        limit: 5,
+        set: &[JAZZ_1, JAZZ_2],
+        first: Some(JAZZ_1),
     },
     Case {
         what: "of two equal matches the newer first",
@@ -337,4 +362,115 @@ async fn sqlite_stores_idempotently() {
 async fn sqlite_concurrent_writers_store_no_duplicates() {
     let dir = tempfile::tempdir().unwrap();
     concurrent_writers_store_no_duplicates(sqlite(&dir), sqlite(&dir)).await;
+}
+
+async fn postgres(db: &pg::Database) -> Arc<dyn MemoryBackend> {
+    Arc::new(PgMemory::connect(&db.url).await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_passes_the_recall_set() {
+    let db = pg::database();
+    passes_the_recall_set(&*postgres(&db).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_stores_idempotently() {
+    let db = pg::database();
+    stores_idempotently(&*postgres(&db).await).await;
+}
+
+/// Two pools on one database, as two instances: no duplicate memories.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_concurrent_writers_store_no_duplicates() {
+    let db = pg::database();
+    let (a, b) = (postgres(&db).await, postgres(&db).await);
+    concurrent_writers_store_no_duplicates(a, b).await;
+    let rows =
+        db.query("SELECT count(*), count(DISTINCT content) FROM memory_items WHERE agent_id = 'shared'").unwrap();
+    assert_eq!(rows, [[Some("40".to_owned()), Some("40".to_owned())]]);
+}
+
+/// A memory longer than a b-tree entry holds, and one of a megabyte of
+/// words (more than a `tsvector` holds), are stored once and recalled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_stores_long_memories_once() {
+    let db = pg::database();
+    let memory = postgres(&db).await;
+    let long = format!("zebra {}", "lorem ipsum dolor sit amet ".repeat(400));
+    let huge: String = (0..200_000).map(|i| format!("w{i} ")).collect::<String>() + "aardvark";
+    for _ in 0..2 {
+        let batch = vec![new_memory("l", None, &long), new_memory("l", None, &huge)];
+        memory.store(batch).await.unwrap();
+    }
+    assert_eq!(memory.count("l").await.unwrap(), 2);
+    let got = memory.recall("l", None, "zebra", 5).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].content, long);
+    let got = memory.recall("l", None, "w17", 5).await.unwrap();
+    assert_eq!(got.len(), 1, "the start of a huge memory is indexed");
+    assert_eq!(got[0].content.len(), huge.len(), "and its content kept whole");
+}
+
+/// Instances starting together migrate once; a schema newer than this
+/// binary is refused with a message that says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_schema_is_migrated_once_and_a_newer_one_is_refused() {
+    let db = pg::database();
+    let starts: Vec<_> = (0..4)
+        .map(|_| {
+            let url = db.url.clone();
+            tokio::spawn(async move { PgMemory::connect(&url).await.map(|_| ()) })
+        })
+        .collect();
+    for s in starts {
+        s.await.unwrap().unwrap();
+    }
+    assert_eq!(db.query("SELECT version FROM memory_schema").unwrap(), [[Some("1".to_owned())]]);
+    db.execute("INSERT INTO memory_schema (version) VALUES (99)").unwrap();
+    let e = PgMemory::connect(&db.url).await.err().expect("a newer schema is refused").to_string();
+    assert!(e.contains("version 99, newer than this ctxhost's 1"), "{e}");
+    assert!(e.contains(&format!("postgres://postgres@{}/{}", pg::cluster().socket_dir.display(), db.name)), "{e}");
+}
+
+/// An unreachable database is an error naming it, without the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_unreachable_is_a_clear_error_without_the_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("postgres://ann:hunter2secret@/ctx?host={}&connect_timeout=2", dir.path().display());
+    let e = PgMemory::connect(&url).await.err().expect("nothing listens there").to_string();
+    assert!(e.contains(&format!("postgres://ann@{}/ctx", dir.path().display())), "{e}");
+    assert!(e.contains("cannot open"), "{e}");
+    assert!(!e.contains("hunter2secret"), "{e}");
+    let db = pg::database();
+    let url = db.role("ann", "right-password").replace("right-password", "wrong-password");
+    let e = PgMemory::connect(&url).await.err().expect("a wrong password is refused").to_string();
+    assert!(e.contains("password authentication failed"), "{e}");
+    assert!(!e.contains("wrong-password"), "{e}");
+}
+
+/// What the user said through one instance's engine is recalled through
+/// another's: the built-in engine on one shared PostgreSQL memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_turn_through_one_engine_is_recalled_through_another() {
+    let db = pg::database();
+    let a = DefaultEngine::with_memory(postgres(&db).await, DefaultSettings::default());
+    let b = DefaultEngine::with_memory(postgres(&db).await, DefaultSettings::default());
+    let turn = AfterTurnRequest {
+        agent_id: "ag".into(),
+        messages: vec![
+            Message::text(Role::User, "My cat is called Miso"),
+            Message::text(Role::Assistant, "A fine name for a cat"),
+        ],
+        ..Default::default()
+    };
+    a.after_turn(&turn).await.unwrap();
+    b.after_turn(&turn).await.unwrap();
+    let ingest =
+        IngestRequest { agent_id: "ag".into(), message: "what is my cat called?".into(), ..Default::default() };
+    let recalled = b.ingest(&ingest).await.unwrap();
+    let contents: Vec<&str> = recalled.iter().map(|r| r.content.as_str()).collect();
+    assert_eq!(contents, ["My cat is called Miso"], "the user's words once, not the assistant's");
+    let other = IngestRequest { agent_id: "other".into(), ..ingest };
+    assert!(a.ingest(&other).await.unwrap().is_empty());
 }

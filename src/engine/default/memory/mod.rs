@@ -19,9 +19,12 @@
 //! This module never decides what is worth remembering (the engine does) and
 //! never calls a plugin.
 
+pub mod postgres;
 pub mod sqlite;
 
 use std::error::Error as StdError;
+use std::path::Path;
+use std::sync::Arc;
 
 use crate::runner::BoxFuture;
 
@@ -92,6 +95,35 @@ pub trait MemoryBackend: Send + Sync {
 
     /// How many memories `agent_id` has (all peers).
     fn count<'a>(&'a self, agent_id: &'a str) -> BoxFuture<'a, Result<usize, MemoryError>>;
+}
+
+/// The built-in memory a configuration names: PostgreSQL at `store_url`
+/// (the `[store] url`) when there is one, else SQLite at `db`.
+///
+/// Blocks until connected and migrated. With a URL it must run within the
+/// multi-threaded Tokio runtime that will use the memory (the pool's
+/// connections live on it): on a `spawn_blocking` thread, as the engine is
+/// built, or on a worker thread.
+///
+/// # Errors
+/// The file cannot be opened; the database is unreachable, refuses the
+/// role, or its memory schema is newer than this binary; a URL without a
+/// runtime to run on.
+pub fn open_memory(db: &Path, store_url: Option<&str>) -> Result<Arc<dyn MemoryBackend>, MemoryError> {
+    let Some(url) = store_url else { return Ok(Arc::new(MemoryStore::open(db)?)) };
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+        MemoryError::new("<the [store] url>", "open", "the PostgreSQL memory needs the async runtime it will run on")
+    })?;
+    if runtime.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+        return Err(MemoryError::new(
+            "<the [store] url>",
+            "open",
+            "the PostgreSQL memory needs a multi-threaded runtime to run on",
+        ));
+    }
+    // Also from a worker thread: the runtime moves its other tasks away.
+    let memory = tokio::task::block_in_place(|| runtime.block_on(postgres::PgMemory::connect(url)))?;
+    Ok(Arc::new(memory))
 }
 
 /// Words too common to help a recall.
