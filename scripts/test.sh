@@ -2,8 +2,8 @@
 # Runs ctxhost's whole test suite on a fresh machine.
 #
 # The tests run every supported runtime for real (python, node, bash, go, ruby,
-# lua, php, deno, bun and a native binary), so this first installs the
-# interpreters that are missing (Debian/Ubuntu package names, and deno and bun
+# lua, php, deno, bun and a native binary) and a real PostgreSQL, so this first
+# installs the interpreters and the database server that are missing (Debian/Ubuntu package names, and deno and bun
 # from npm; as root, or through sudo), then runs `cargo test`. It says what it
 # will install, and why, before it does. Extra arguments go to cargo test.
 #
@@ -37,6 +37,12 @@ need golang-go "go plugins" go
 need ruby "ruby plugins" ruby
 need lua5.4 "lua plugins" lua lua5.4
 need php-cli "php plugins" php
+# The PostgreSQL store's tests start a throw-away cluster (tests/util/pg.rs):
+# Debian keeps initdb and postgres in /usr/lib/postgresql/<version>/bin, off PATH.
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    missing+=(postgresql)
+    why+=("postgresql: the PostgreSQL store's tests run a throw-away cluster (initdb, postgres)")
+fi
 # Deno and Bun come from npm: their packages carry the binaries for this platform.
 npm_missing=()
 for cmd in deno bun; do

@@ -10,6 +10,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::agent::{calls, service_worker};
+use crate::util;
+use crate::util::pg;
 use crate::util::site::Site;
 use crate::util::{ctxhost, write};
 
@@ -252,4 +254,96 @@ fn another_process_writes_beside_a_running_daemon() {
     ctxhost().arg("--home").arg(site.home()).args(["plugin", "disable", "other"]).assert().success();
     assert!(!site.home().join("plugins-state.toml.lock").exists());
     assert!(d.stop().0);
+}
+
+/// The throw-away cluster (`util::pg`): a fresh database per call, reachable
+/// by the URL it gives, tables and rows kept apart between databases.
+#[test]
+fn the_pg_harness_gives_each_test_a_fresh_database() {
+    let a = pg::database();
+    let b = pg::database();
+    assert_ne!(a.name, b.name);
+    assert!(a.url.starts_with("postgres://postgres@/") && a.url.contains("?host=/"), "{}", a.url);
+    // Through the URL, as the store will connect.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(&a.url, tokio_postgres::NoTls).await.unwrap();
+        let driver = tokio::spawn(conn);
+        client.batch_execute("CREATE TABLE notes (id INT PRIMARY KEY, body TEXT NOT NULL)").await.unwrap();
+        client.execute("INSERT INTO notes VALUES ($1, $2)", &[&7i32, &"seven"]).await.unwrap();
+        let row = client.query_one("SELECT body FROM notes WHERE id = $1", &[&7i32]).await.unwrap();
+        assert_eq!(row.get::<_, String>(0), "seven");
+        drop(client);
+        driver.await.unwrap().unwrap();
+    });
+    assert_eq!(a.query("SELECT id, body FROM notes").unwrap(), [[Some("7".to_owned()), Some("seven".to_owned())]]);
+    let err = b.query("SELECT * FROM notes").unwrap_err();
+    assert!(err.contains("notes") && err.contains("does not exist"), "{err}");
+    // Another role authenticates with its password; a wrong one is refused.
+    let url = a.role("harness_user", "s3cret:/@pw");
+    let wrong = url.replace("s3cret", "wrong");
+    let refused = pg::cluster().execute_url(&wrong, "SELECT 1").unwrap_err();
+    assert!(refused.contains("password authentication failed"), "{refused}");
+    pg::cluster().execute_url(&url, "SELECT 1").unwrap();
+    // The cluster runs unprivileged when the tests run as root.
+    let uid = std::fs::read_to_string(format!("/proc/{}/status", pg::cluster().pid)).unwrap();
+    let uid_line = uid.lines().find(|l| l.starts_with("Uid:")).unwrap().to_owned();
+    if util::nobody::is_root() {
+        assert!(uid_line.split_whitespace().nth(1) == Some("65534"), "{uid_line}");
+    }
+}
+
+/// Run only by [`no_postgres_outlives_its_test_process`], in a child test
+/// process: starts the cluster, prints its pid and directory, then ends as
+/// `CTXHOST_PG_CHILD_END` says (`exit`, `panic`, or waiting to be killed).
+#[test]
+#[ignore = "a child process of no_postgres_outlives_its_test_process"]
+fn pg_cluster_child() {
+    let c = pg::cluster();
+    println!("CLUSTER {} {}", c.pid, c.dir.display());
+    match std::env::var("CTXHOST_PG_CHILD_END").as_deref() {
+        Ok("panic") => panic!("the test failed on purpose"),
+        Ok("kill") => std::thread::sleep(Duration::from_secs(120)),
+        _ => {}
+    }
+}
+
+/// However the test process ends — the tests pass, one panics, it is
+/// killed with SIGKILL — its postmaster (and every backend) goes with it.
+#[test]
+fn no_postgres_outlives_its_test_process() {
+    use std::io::{BufRead, BufReader};
+    for end in ["exit", "panic", "kill"] {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", "store::pg_cluster_child", "--nocapture", "--test-threads", "1"])
+            .env("CTXHOST_PG_CHILD_END", end)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = lines
+            .find_map(|l| l.ok().and_then(|l| Some(l.split_once("CLUSTER ")?.1.to_owned())))
+            .expect("the child started a cluster");
+        let mut parts = line.split_whitespace();
+        let pid: i32 = parts.next().unwrap().parse().unwrap();
+        let dir = std::path::PathBuf::from(parts.next().unwrap());
+        assert!(!util::is_dead(pid), "{end}: the postmaster runs");
+        if end == "kill" {
+            child.kill().unwrap();
+        }
+        let status = child.wait().unwrap();
+        assert_eq!(status.success(), end == "exit", "{end}: {status}");
+        util::within(15, &format!("{end}: the postmaster {pid} is gone"), || util::is_dead(pid));
+        let backends = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| std::fs::read_link(e.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(&dir)))
+            .count();
+        assert_eq!(backends, 0, "{end}: no process of the cluster in {} is left", dir.display());
+        if end != "kill" {
+            assert!(!dir.exists(), "{end}: {} was removed at exit", dir.display());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

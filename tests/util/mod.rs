@@ -11,6 +11,7 @@ use tempfile::TempDir;
 pub mod examples;
 pub mod http;
 pub mod nobody;
+pub mod pg;
 pub mod procs;
 pub mod routes;
 pub mod site;
