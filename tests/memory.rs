@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use ctxhost::engine::ContextEngine;
 use ctxhost::engine::default::memory::postgres::PgMemory;
-use ctxhost::engine::default::memory::{MemoryBackend, MemoryStore, NewMemory};
+use ctxhost::engine::default::memory::{MemoryBackend, MemoryStore, NewMemory, open_memory};
 use ctxhost::engine::default::{DefaultEngine, DefaultSettings};
 use ctxhost::protocol::{AfterTurnRequest, IngestRequest, Message, Role};
 
@@ -473,4 +473,59 @@ async fn postgres_a_turn_through_one_engine_is_recalled_through_another() {
     assert_eq!(contents, ["My cat is called Miso"], "the user's words once, not the assistant's");
     let other = IngestRequest { agent_id: "other".into(), ..ingest };
     assert!(a.ingest(&other).await.unwrap().is_empty());
+}
+
+/// `open_memory` picks the backend by URL, from a blocking thread (as the
+/// engine is built) and from a worker thread alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_memory_picks_postgres_by_url_and_sqlite_without() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("memory.db");
+    let db = pg::database();
+    let (f, url) = (file.clone(), db.url.clone());
+    let pg = tokio::task::spawn_blocking(move || open_memory(&f, Some(&url)).unwrap()).await.unwrap();
+    assert!(pg.location().starts_with("postgres://postgres@"), "{}", pg.location());
+    pg.store(vec![new_memory("o", None, "stored in postgres")]).await.unwrap();
+    assert_eq!(db.query("SELECT content FROM memory_items").unwrap(), [[Some("stored in postgres".to_owned())]]);
+    let again = open_memory(&file, Some(&db.url)).unwrap();
+    assert_eq!(again.count("o").await.unwrap(), 1);
+    assert!(!file.exists(), "no SQLite file with a URL");
+    let sqlite = open_memory(&file, None).unwrap();
+    assert_eq!(sqlite.location(), file.display().to_string());
+    assert!(file.exists());
+}
+
+/// Not a check: recall latency per backend (2,000 memories of one agent,
+/// 500 recalls of two words, one at a time), printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "prints recall latency per backend; run with --ignored --nocapture"]
+async fn measure_recall_latency() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = pg::database();
+    let words = ["garden", "coffee", "jazz", "lisbon", "paris", "llama", "invoice", "bakery", "nurse", "vinyl"];
+    for backend in [sqlite(&dir), postgres(&db).await] {
+        let batch: Vec<NewMemory> = (0..2000)
+            .map(|i| {
+                let text =
+                    format!("note {i}: the {} and the {} of day {}", words[i % 10], words[(i / 10) % 10], i % 31);
+                new_memory("m", None, &text)
+            })
+            .collect();
+        backend.store(batch).await.unwrap();
+        let mut times = Vec::new();
+        for i in 0..500 {
+            let query = format!("{} {}", words[i % 10], words[(i * 7) % 10]);
+            let started = std::time::Instant::now();
+            let got = backend.recall("m", None, &query, 5).await.unwrap();
+            times.push(started.elapsed());
+            assert_eq!(got.len(), 5);
+        }
+        times.sort();
+        println!(
+            "{}: recall p50 {:?}, p99 {:?}",
+            backend.location(),
+            times[times.len() / 2],
+            times[times.len() * 99 / 100]
+        );
+    }
 }
