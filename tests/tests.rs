@@ -19,6 +19,7 @@
 //! - `agent`: the agent loop (agent-hooks.md): the guard three ways, combine rules, config, triggers, schedules.
 //! - `workers`: persistent workers: examples in both modes, faults, respawn and retry, leaks, reload.
 //! - `attacks`: the attack catalogue (issue 13): what a hostile plugin tries, and that it fails.
+//! - `memory`: the built-in memory on each backend (SQLite, PostgreSQL): one shared recall set, idempotent and concurrent writes.
 //! - `store`: the state store (`state.db`): old JSON files imported, a corrupt one kept, failed writes, two processes.
 //! - `layers`: the module layers of `src/` only point down.
 //! - `docs_reference`: `docs/reference/*.md` against the code: hooks and their fields, manifest and config keys, routes.
@@ -44,6 +45,7 @@ mod launchers;
 mod layers;
 mod limits;
 mod manifest;
+mod memory;
 mod plugins;
 mod runtimes;
 mod sandbox;

@@ -1,5 +1,6 @@
 //! The built-in engine: what ctxhost does with no plugin, and what every
-//! plugin falls back to. Memory in SQLite ([`memory`]), assemble by token
+//! plugin falls back to. Memory behind [`memory::MemoryBackend`] (SQLite
+//! with FTS5 by default, PostgreSQL full-text search), assemble by token
 //! budget ([`assemble`]), compact by summary ([`compact`]), tokens counted by
 //! `o200k_base` with a per-message cache ([`tokenizer`]).
 
@@ -12,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use compact::{Compacted, LocalSummarizer, Summarizer};
-use memory::{MemoryStore, NewMemory};
+use memory::{MemoryBackend, MemoryStore, NewMemory};
 use tokenizer::{O200k, TokenCounter, Tokenizer};
 
 use super::{ContextEngine, EngineError, Recalled};
@@ -45,7 +46,7 @@ const TOKEN_CACHE_CAPACITY: usize = 200_000;
 /// The built-in engine.
 #[derive(Clone)]
 pub struct DefaultEngine {
-    memory: Arc<MemoryStore>,
+    memory: Arc<dyn MemoryBackend>,
     counter: Arc<TokenCounter>,
     summarizer: Arc<dyn Summarizer>,
     settings: DefaultSettings,
@@ -58,14 +59,20 @@ impl DefaultEngine {
     /// # Errors
     /// The memory database cannot be opened.
     pub fn open(db: &Path, settings: DefaultSettings) -> Result<Self, EngineError> {
+        Ok(Self::with_memory(Arc::new(MemoryStore::open(db)?), settings))
+    }
+
+    /// The engine with its memory in `memory` (any backend), counting with
+    /// `o200k_base` and summarising locally.
+    pub fn with_memory(memory: Arc<dyn MemoryBackend>, settings: DefaultSettings) -> Self {
         // Built while the plugins load and bootstrap, not at the first turn.
         O200k::preload();
-        Ok(Self::with_parts(Arc::new(MemoryStore::open(db)?), Box::new(O200k), Arc::new(LocalSummarizer), settings))
+        Self::with_parts(memory, Box::new(O200k), Arc::new(LocalSummarizer), settings)
     }
 
     /// The engine from its parts (another tokenizer or summarizer).
     pub fn with_parts(
-        memory: Arc<MemoryStore>,
+        memory: Arc<dyn MemoryBackend>,
         tokenizer: Box<dyn Tokenizer>,
         summarizer: Arc<dyn Summarizer>,
         settings: DefaultSettings,
@@ -107,31 +114,18 @@ impl DefaultEngine {
         memories: &[Memory],
         source: &str,
     ) -> Result<usize, EngineError> {
-        let memory = self.memory.clone();
-        let (agent, source) = (agent_id.to_owned(), source.to_owned());
-        let memories = memories.to_vec();
-        blocking(move || {
-            let rows: Vec<NewMemory<'_>> = memories
-                .iter()
-                .map(|m| NewMemory {
-                    agent_id: &agent,
-                    peer_id: None,
-                    content: &m.content,
-                    tags: &m.tags,
-                    source: &source,
-                })
-                .collect();
-            memory.store(&rows)
-        })
-        .await
+        let rows = memories
+            .iter()
+            .map(|m| NewMemory {
+                agent_id: agent_id.to_owned(),
+                peer_id: None,
+                content: m.content.clone(),
+                tags: m.tags.clone(),
+                source: source.to_owned(),
+            })
+            .collect();
+        Ok(self.memory.store(rows).await?)
     }
-}
-
-/// Runs blocking store work off the async threads.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, memory::MemoryError> + Send + 'static,
-) -> Result<T, EngineError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| EngineError::Task(e.to_string()))?.map_err(EngineError::from)
 }
 
 impl ContextEngine for DefaultEngine {
@@ -144,10 +138,9 @@ impl ContextEngine for DefaultEngine {
             if self.settings.stable_prefix_mode || self.settings.max_recall_results == 0 {
                 return Ok(Vec::new());
             }
-            let memory = self.memory.clone();
-            let (agent, peer, query) = (request.agent_id.clone(), request.peer_id.clone(), request.message.clone());
             let limit = self.settings.max_recall_results;
-            let found = blocking(move || memory.recall(&agent, peer.as_deref(), &query, limit)).await?;
+            let found =
+                self.memory.recall(&request.agent_id, request.peer_id.as_deref(), &request.message, limit).await?;
             Ok(found.into_iter().map(|m| Recalled::new(m.content, m.source)).collect())
         })
     }
@@ -185,25 +178,20 @@ impl ContextEngine for DefaultEngine {
             if texts.is_empty() {
                 return Ok(());
             }
-            let memory = self.memory.clone();
-            let agent = request.agent_id.clone();
             // The spec's after_turn has no peer; an embedder may add one
             // (`peer_id`, as `ctxhost run` does) to key the turn by peer.
             let peer = request.extra.get("peer_id").and_then(serde_json::Value::as_str).map(str::to_owned);
-            blocking(move || {
-                let rows: Vec<NewMemory<'_>> = texts
-                    .iter()
-                    .map(|t| NewMemory {
-                        agent_id: &agent,
-                        peer_id: peer.as_deref(),
-                        content: t,
-                        tags: &[],
-                        source: "default",
-                    })
-                    .collect();
-                memory.store(&rows)
-            })
-            .await?;
+            let rows = texts
+                .into_iter()
+                .map(|content| NewMemory {
+                    agent_id: request.agent_id.clone(),
+                    peer_id: peer.clone(),
+                    content,
+                    tags: Vec::new(),
+                    source: "default".into(),
+                })
+                .collect();
+            self.memory.store(rows).await?;
             Ok(())
         })
     }

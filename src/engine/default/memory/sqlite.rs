@@ -1,53 +1,31 @@
-//! The built-in memory: an SQLite store (bundled, FTS5) under the ctxhost
-//! home, keyed by agent and peer.
+//! The built-in memory's embedded backend: an SQLite store (bundled, FTS5)
+//! under the ctxhost home, keyed by agent and peer.
 //!
 //! - WAL journal and `synchronous = NORMAL`: readers never block the writer,
 //!   and a crash mid-write loses at most that transaction, never the file.
 //! - A busy timeout, so several processes (agents) can share one file.
 //! - Recall ranks by BM25 over the words of the query; the query is built
-//!   from quoted words, so no user text is ever parsed as FTS syntax.
+//!   from quoted words, so no user text is ever parsed as FTS syntax. FTS5's
+//!   default tokenizer (`unicode61`: letters and digits, case-folded,
+//!   diacritics removed, no stemming) indexes the content.
 //!
-//! Calls are blocking; async callers run them on a blocking thread.
+//! The inherent methods block; the [`MemoryBackend`] methods run them on the
+//! blocking pool.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-/// A memory to store.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewMemory<'a> {
-    pub agent_id: &'a str,
-    /// The peer the memory is about, or `None` for the agent as a whole.
-    pub peer_id: Option<&'a str>,
-    pub content: &'a str,
-    pub tags: &'a [String],
-    /// Who wrote it: `default` or a plugin name.
-    pub source: &'a str,
-}
+use super::{MemoryBackend, MemoryError, NewMemory, StoredMemory, query_words};
+use crate::runner::BoxFuture;
 
-/// A recalled memory.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredMemory {
-    pub content: String,
-    pub tags: Vec<String>,
-    pub source: String,
-}
-
-/// A memory store failure, naming the database file.
-#[derive(Debug, thiserror::Error)]
-#[error("memory store `{}`: {source}", path.display())]
-pub struct MemoryError {
-    pub path: PathBuf,
-    #[source]
-    pub source: rusqlite::Error,
-}
-
-/// The SQLite memory store.
+/// The SQLite memory store (cheap to clone: one connection, shared).
+#[derive(Clone)]
 pub struct MemoryStore {
     path: PathBuf,
-    conn: Mutex<Connection>,
+    conn: Arc<Mutex<Connection>>,
 }
 
 const SCHEMA: &str = "
@@ -81,24 +59,17 @@ fn is_busy(e: &rusqlite::Error) -> bool {
     matches!(e, rusqlite::Error::SqliteFailure(f, _) if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
 }
 
-/// Words too common to help a recall.
-const STOPWORDS: &[&str] = &[
-    "a", "an", "and", "are", "as", "at", "be", "but", "by", "do", "does", "for", "from", "has", "have", "he", "her",
-    "his", "how", "i", "if", "in", "is", "it", "its", "me", "my", "of", "on", "or", "our", "she", "so", "that", "the",
-    "their", "them", "they", "this", "to", "us", "was", "we", "were", "what", "when", "where", "which", "who", "why",
-    "will", "with", "you", "your",
-];
-
 impl MemoryStore {
     /// Opens (creating when needed) the store at `path`.
     ///
     /// # Errors
     /// The file cannot be created or opened, or is not a memory store.
     pub fn open(path: &Path) -> Result<Self, MemoryError> {
-        let fail = |source| MemoryError { path: path.to_owned(), source };
+        let location = path.display().to_string();
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| fail(rusqlite::Error::ToSqlConversionFailure(Box::new(e))))?;
+            std::fs::create_dir_all(dir).map_err(|e| MemoryError::new(&location, "open", e))?;
         }
+        let fail = |source: rusqlite::Error| MemoryError::new(&location, "open", source);
         let conn = Connection::open(path).map_err(fail)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
         // Switching to WAL and creating the schema take locks that SQLite's
@@ -118,23 +89,27 @@ impl MemoryStore {
                 Err(e) => return Err(fail(e)),
             }
         }
-        Ok(MemoryStore { path: path.to_owned(), conn: Mutex::new(conn) })
+        Ok(MemoryStore { path: path.to_owned(), conn: Arc::new(Mutex::new(conn)) })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>) -> Result<T, MemoryError> {
+    fn with<T>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, MemoryError> {
         let mut conn = self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        f(&mut conn).map_err(|source| MemoryError { path: self.path.clone(), source })
+        f(&mut conn).map_err(|source| MemoryError::new(self.path.display().to_string(), op, source))
     }
 
     /// Stores memories in one transaction; a memory already stored for the
     /// same agent and peer is not stored twice. Returns how many were new.
-    pub fn store(&self, memories: &[NewMemory<'_>]) -> Result<usize, MemoryError> {
+    pub fn store(&self, memories: &[NewMemory]) -> Result<usize, MemoryError> {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
-        self.with(|conn| {
+        self.with("store", |conn| {
             // IMMEDIATE takes the write lock up front, where the busy timeout
             // applies; a deferred transaction upgrading later would fail at once.
             let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -148,9 +123,15 @@ impl MemoryStore {
                     if m.content.trim().is_empty() {
                         continue;
                     }
-                    let tags = serde_json::to_string(m.tags).unwrap_or_else(|_| "[]".into());
-                    added +=
-                        insert.execute(params![m.agent_id, m.peer_id.unwrap_or(""), m.content, tags, m.source, now])?;
+                    let tags = serde_json::to_string(&m.tags).unwrap_or_else(|_| "[]".into());
+                    added += insert.execute(params![
+                        m.agent_id,
+                        m.peer_id.as_deref().unwrap_or(""),
+                        m.content,
+                        tags,
+                        m.source,
+                        now
+                    ])?;
                 }
             }
             tx.commit()?;
@@ -171,7 +152,7 @@ impl MemoryStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        self.with(|conn| {
+        self.with("recall", |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT m.content, m.tags, m.source FROM memories_fts
                  JOIN memories m ON m.id = memories_fts.rowid
@@ -192,7 +173,7 @@ impl MemoryStore {
 
     /// How many memories `agent_id` has.
     pub fn count(&self, agent_id: &str) -> Result<usize, MemoryError> {
-        self.with(|conn| {
+        self.with("count", |conn| {
             conn.query_row("SELECT COUNT(*) FROM memories WHERE agent_id = ?1", [agent_id], |r| r.get::<_, i64>(0))
                 .optional()
                 .map(|n| n.unwrap_or(0) as usize)
@@ -200,17 +181,52 @@ impl MemoryStore {
     }
 }
 
-/// `"word1" OR "word2" …` from the distinct, lowercased, non-stopword words of
-/// `text`; `None` when nothing is left to search for.
-fn fts_query(text: &str) -> Option<String> {
-    let mut words: Vec<String> = Vec::new();
-    for word in text.split(|c: char| !c.is_alphanumeric()) {
-        let word = word.to_lowercase();
-        if word.chars().count() < 2 || STOPWORDS.contains(&word.as_str()) || words.contains(&word) {
-            continue;
-        }
-        words.push(word);
+impl MemoryBackend for MemoryStore {
+    fn location(&self) -> String {
+        self.path.display().to_string()
     }
+
+    fn store(&self, memories: Vec<NewMemory>) -> BoxFuture<'_, Result<usize, MemoryError>> {
+        Box::pin(async move { self.blocking("store", move |s| s.store(&memories)).await })
+    }
+
+    fn recall<'a>(
+        &'a self,
+        agent_id: &'a str,
+        peer_id: Option<&'a str>,
+        query: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<StoredMemory>, MemoryError>> {
+        let (agent, peer, query) = (agent_id.to_owned(), peer_id.map(str::to_owned), query.to_owned());
+        Box::pin(
+            async move { self.blocking("recall", move |s| s.recall(&agent, peer.as_deref(), &query, limit)).await },
+        )
+    }
+
+    fn count<'a>(&'a self, agent_id: &'a str) -> BoxFuture<'a, Result<usize, MemoryError>> {
+        let agent = agent_id.to_owned();
+        Box::pin(async move { self.blocking("count", move |s| s.count(&agent)).await })
+    }
+}
+
+impl MemoryStore {
+    /// Runs `f` on a clone of the store on the blocking pool.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&MemoryStore) -> Result<T, MemoryError> + Send + 'static,
+    ) -> Result<T, MemoryError> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || f(&this))
+            .await
+            .map_err(|e| MemoryError::new(self.location(), op, format!("the blocking task failed: {e}")))?
+    }
+}
+
+/// `"word1" OR "word2" …` from the [`query_words`] of `text`; `None` when
+/// nothing is left to search for.
+fn fts_query(text: &str) -> Option<String> {
+    let words = query_words(text);
     if words.is_empty() {
         return None;
     }
@@ -221,8 +237,14 @@ fn fts_query(text: &str) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn mem<'a>(agent: &'a str, peer: Option<&'a str>, content: &'a str) -> NewMemory<'a> {
-        NewMemory { agent_id: agent, peer_id: peer, content, tags: &[], source: "default" }
+    fn mem(agent: &str, peer: Option<&str>, content: &str) -> NewMemory {
+        NewMemory {
+            agent_id: agent.into(),
+            peer_id: peer.map(str::to_owned),
+            content: content.into(),
+            tags: Vec::new(),
+            source: "default".into(),
+        }
     }
 
     fn contents(v: Vec<StoredMemory>) -> Vec<String> {

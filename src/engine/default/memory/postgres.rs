@@ -1,0 +1,352 @@
+//! The built-in memory on PostgreSQL: several ctxhost instances share one
+//! memory. Full-text search with a `tsvector` column and a GIN index,
+//! ranked by BM25 computed in SQL ([`RECALL`]), keyed by agent and peer as
+//! the SQLite backend is.
+//!
+//! - Tokenisation matches the SQLite path: ctxhost splits the content into
+//!   runs of letters and digits, lowercased ([`index_text`], the same rule as
+//!   [`query_words`]), stores them in `words`, and the generated column is
+//!   `to_tsvector('simple', words)` (no stemming, no stopwords: FTS5's
+//!   `unicode61` stems nothing either). So `alice@example.com` is
+//!   `alice example com` on both backends, not one e-mail token, and the
+//!   database's locale does not decide what a word is. Unlike `unicode61`,
+//!   diacritics are kept (`café` is not `cafe`), and only the first
+//!   [`INDEXED_TEXT_MAX`] bytes of words are indexed (a `tsvector` holds at
+//!   most 1 MB).
+//! - The query is a `tsquery` of quoted words joined by `|`, cast, never
+//!   parsed from user text: each word is letters and digits only.
+//! - Idempotent writes: `UNIQUE (agent_id, peer_id, content_sha)` (the
+//!   content's SHA-256, computed here: a b-tree entry cannot hold a long
+//!   text) and
+//!   `ON CONFLICT DO NOTHING`; a batch is one transaction, inserted in key
+//!   order so concurrent batches never deadlock.
+//! - Its own versioned schema (tables named `memory_*`, the version in
+//!   `memory_schema`), migrated at connect under a transaction-scoped
+//!   advisory lock, so instances starting together do not race; a schema
+//!   newer than this binary is an error, never touched.
+//!
+//! Never logs or shows the password of the URL ([`location`]).
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use sha2::{Digest, Sha256};
+use std::time::Duration;
+use tokio_postgres::NoTls;
+use tokio_postgres::config::Host;
+
+use super::{MemoryBackend, MemoryError, NewMemory, StoredMemory, query_words};
+use crate::runner::BoxFuture;
+
+/// The schema version this binary writes.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// Each migration, version `i + 1` at index `i`.
+const MIGRATIONS: &[&str] = &["
+CREATE TABLE memory_items (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    agent_id TEXT NOT NULL,
+    peer_id TEXT NOT NULL DEFAULT '',
+    content TEXT NOT NULL,
+    content_sha BYTEA NOT NULL,
+    words TEXT NOT NULL,
+    word_count INT NOT NULL,
+    tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('simple', words)) STORED,
+    tags TEXT[] NOT NULL DEFAULT '{}',
+    source TEXT NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    UNIQUE (agent_id, peer_id, content_sha)
+);
+CREATE INDEX memory_items_tsv ON memory_items USING GIN (tsv);
+"];
+
+/// The advisory lock the migration holds (`ctxhost.memory` as a number).
+const MIGRATION_LOCK: i64 = 0x6374_7868_6d65_6d31;
+
+/// How many bytes of a memory's words are indexed.
+pub const INDEXED_TEXT_MAX: usize = 128 * 1024;
+
+/// Connections the pool keeps at most.
+const POOL_SIZE: usize = 16;
+
+/// How long connecting, or waiting for a free connection, may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A recall: the memories in scope that hold a query word (through the GIN
+/// index), ranked by Okapi BM25 (k1 = 1.2, b = 0.75, FTS5's constants) with
+/// the statistics of those matches — document frequencies and the average
+/// length among the memories that hold any query word, not the whole table,
+/// so a recall costs in proportion to its matches, as `ts_rank` would.
+/// `ts_rank` itself is not comparable: a word's second mention adds a
+/// quarter, rare words weigh no more, and its length normalisation flips
+/// the order of repeated mentions against short memories. Ties: newest
+/// first, as on SQLite. `$1` agent, `$2` peer or `''`, `$3` the tsquery,
+/// `$4` the words, `$5` the limit.
+const RECALL: &str = "
+WITH hits AS (
+    SELECT id, content, tags, source, word_count, tsv FROM memory_items
+    WHERE agent_id = $1 AND (peer_id = $2 OR peer_id = '') AND tsv @@ CAST($3::text AS tsquery)
+),
+terms AS (
+    SELECT h.id, u.lexeme, cardinality(u.positions)::float8 AS tf
+    FROM hits h CROSS JOIN LATERAL unnest(h.tsv) AS u
+    WHERE u.lexeme = ANY($4::text[])
+),
+stats AS (SELECT count(*)::float8 AS n, greatest(avg(word_count), 1)::float8 AS avgdl FROM hits),
+idf AS (
+    SELECT t.lexeme, ln(1 + (s.n - count(*) + 0.5) / (count(*) + 0.5)) AS idf
+    FROM terms t CROSS JOIN stats s GROUP BY t.lexeme, s.n
+),
+scores AS (
+    SELECT t.id, sum(i.idf * t.tf * 2.2 / (t.tf + 1.2 * (0.25 + 0.75 * h.word_count / s.avgdl))) AS score
+    FROM terms t JOIN idf i ON i.lexeme = t.lexeme JOIN hits h ON h.id = t.id CROSS JOIN stats s
+    GROUP BY t.id
+)
+SELECT h.content, h.tags, h.source FROM hits h JOIN scores c ON c.id = h.id
+ORDER BY c.score DESC, h.id DESC LIMIT $5";
+
+/// The PostgreSQL memory (cheap to clone: a pool).
+#[derive(Clone)]
+pub struct PgMemory {
+    pool: Pool,
+    location: String,
+}
+
+impl PgMemory {
+    /// Connects to `url` (`postgres://user[:password]@host/db`, or a unix
+    /// socket directory as `?host=/path`) and migrates the memory's tables.
+    ///
+    /// # Errors
+    /// The URL is malformed, the database is unreachable or refuses the
+    /// role, or its memory schema is newer than this binary.
+    pub async fn connect(url: &str) -> Result<Self, MemoryError> {
+        let config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| MemoryError::new("<the [store] url>", "open", format!("not a PostgreSQL URL: {e}")))?;
+        let location = location(&config);
+        let mut config = config;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(CONNECT_TIMEOUT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .build()
+            .map_err(|e| MemoryError::new(&location, "open", e))?;
+        let memory = PgMemory { pool, location };
+        memory.migrate().await?;
+        Ok(memory)
+    }
+
+    fn fail(&self, op: &'static str) -> impl Fn(tokio_postgres::Error) -> MemoryError + '_ {
+        move |e| MemoryError::new(&self.location, op, describe(&e))
+    }
+
+    async fn client(&self, op: &'static str) -> Result<deadpool_postgres::Object, MemoryError> {
+        self.pool.get().await.map_err(|e| {
+            let reason = match &e {
+                deadpool_postgres::PoolError::Backend(e) => describe(e),
+                other => other.to_string(),
+            };
+            MemoryError::new(&self.location, op, format!("cannot connect: {reason}"))
+        })
+    }
+
+    /// Brings the schema to [`SCHEMA_VERSION`] under the advisory lock.
+    async fn migrate(&self) -> Result<(), MemoryError> {
+        let fail = self.fail("migrate");
+        let mut client = self.client("open").await?;
+        let tx = client.transaction().await.map_err(&fail)?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(&fail)?;
+        tx.batch_execute("CREATE TABLE IF NOT EXISTS memory_schema (version INT NOT NULL)").await.map_err(&fail)?;
+        let current: i32 =
+            tx.query_one("SELECT coalesce(max(version), 0) FROM memory_schema", &[]).await.map_err(&fail)?.get(0);
+        if current > SCHEMA_VERSION {
+            return Err(MemoryError::new(
+                &self.location,
+                "migrate",
+                format!(
+                    "the memory schema is version {current}, newer than this ctxhost's {SCHEMA_VERSION}: \
+                     an instance of a newer ctxhost migrated it; run that version"
+                ),
+            ));
+        }
+        for (version, sql) in (1..).zip(MIGRATIONS).skip(usize::try_from(current).unwrap_or(0)) {
+            tx.batch_execute(sql).await.map_err(&fail)?;
+            tx.execute("INSERT INTO memory_schema (version) VALUES ($1)", &[&version]).await.map_err(&fail)?;
+        }
+        tx.commit().await.map_err(&fail)
+    }
+}
+
+/// `postgres://user@host/db`: the URL without its password, for messages.
+pub fn location(config: &tokio_postgres::Config) -> String {
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            Host::Tcp(name) => name.clone(),
+            Host::Unix(path) => path.display().to_string(),
+        })
+        .collect();
+    format!("postgres://{}@{}/{}", config.get_user().unwrap_or(""), hosts.join(","), config.get_dbname().unwrap_or(""))
+}
+
+/// A driver error with the server's message (and detail), never a password.
+fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => match db.detail() {
+            Some(detail) => format!("{} ({}): {detail}", db.message(), db.code().code()),
+            None => format!("{} ({})", db.message(), db.code().code()),
+        },
+        None => {
+            // The driver's own text leaves out its cause (an I/O error).
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(cause) = source {
+                text = format!("{text}: {cause}");
+                source = cause.source();
+            }
+            text
+        }
+    }
+}
+
+/// The words of `content` as the index sees them: its runs of letters and
+/// digits, lowercased, joined by spaces, at most [`INDEXED_TEXT_MAX`] bytes.
+pub fn index_text(content: &str) -> String {
+    let mut out = String::new();
+    for word in content.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+        let word = word.to_lowercase();
+        if out.len() + word.len() + 1 > INDEXED_TEXT_MAX {
+            break;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(&word);
+    }
+    out
+}
+
+/// `'word1' | 'word2' …` from [`query_words`]; `None` when nothing is left
+/// to search for.
+fn ts_query(words: &[String]) -> Option<String> {
+    if words.is_empty() {
+        return None;
+    }
+    // Letters and digits only; the escape keeps it a lexeme regardless.
+    let quoted: Vec<String> =
+        words.iter().map(|w| format!("'{}'", w.replace('\\', "\\\\").replace('\'', "''"))).collect();
+    Some(quoted.join(" | "))
+}
+
+impl MemoryBackend for PgMemory {
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn store(&self, memories: Vec<NewMemory>) -> BoxFuture<'_, Result<usize, MemoryError>> {
+        Box::pin(async move {
+            let mut rows: Vec<NewMemory> = memories.into_iter().filter(|m| !m.content.trim().is_empty()).collect();
+            // One lock order for every writer: no deadlock between batches.
+            rows.sort_by(|a, b| (&a.agent_id, &a.peer_id, &a.content).cmp(&(&b.agent_id, &b.peer_id, &b.content)));
+            rows.dedup_by(|a, b| (&a.agent_id, &a.peer_id, &a.content) == (&b.agent_id, &b.peer_id, &b.content));
+            if rows.is_empty() {
+                return Ok(0);
+            }
+            let fail = self.fail("store");
+            let mut client = self.client("store").await?;
+            let tx = client.transaction().await.map_err(&fail)?;
+            let insert = tx
+                .prepare_cached(
+                    "INSERT INTO memory_items
+                     (agent_id, peer_id, content, content_sha, words, word_count, tags, source)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+                )
+                .await
+                .map_err(&fail)?;
+            let mut added = 0;
+            for m in &rows {
+                let peer = m.peer_id.as_deref().unwrap_or("");
+                let words = index_text(&m.content);
+                let sha = Sha256::digest(m.content.as_bytes()).to_vec();
+                let count = i32::try_from(words.split(' ').filter(|w| !w.is_empty()).count()).unwrap_or(i32::MAX);
+                added += tx
+                    .execute(&insert, &[&m.agent_id, &peer, &m.content, &sha, &words, &count, &m.tags, &m.source])
+                    .await
+                    .map_err(&fail)?;
+            }
+            tx.commit().await.map_err(&fail)?;
+            Ok(usize::try_from(added).unwrap_or(usize::MAX))
+        })
+    }
+
+    fn recall<'a>(
+        &'a self,
+        agent_id: &'a str,
+        peer_id: Option<&'a str>,
+        query: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<StoredMemory>, MemoryError>> {
+        Box::pin(async move {
+            let words = query_words(query);
+            let Some(ts_query) = ts_query(&words) else { return Ok(Vec::new()) };
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
+            let fail = self.fail("recall");
+            let client = self.client("recall").await?;
+            let stmt = client.prepare_cached(RECALL).await.map_err(&fail)?;
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            let rows = client
+                .query(&stmt, &[&agent_id, &peer_id.unwrap_or(""), &ts_query, &words, &limit])
+                .await
+                .map_err(&fail)?;
+            Ok(rows.iter().map(|r| StoredMemory { content: r.get(0), tags: r.get(1), source: r.get(2) }).collect())
+        })
+    }
+
+    fn count<'a>(&'a self, agent_id: &'a str) -> BoxFuture<'a, Result<usize, MemoryError>> {
+        Box::pin(async move {
+            let client = self.client("count").await?;
+            let row = client
+                .query_one("SELECT count(*) FROM memory_items WHERE agent_id = $1", &[&agent_id])
+                .await
+                .map_err(self.fail("count"))?;
+            Ok(usize::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_text_is_the_words_a_query_finds() {
+        assert_eq!(
+            index_text("Bob's e-mail: alice@Example.COM, v10.4 — Über!"),
+            "bob s e mail alice example com v10 4 über"
+        );
+        let long = "word ".repeat(INDEXED_TEXT_MAX);
+        let indexed = index_text(&long);
+        assert!(indexed.len() <= INDEXED_TEXT_MAX && indexed.len() > INDEXED_TEXT_MAX - 8, "{}", indexed.len());
+    }
+
+    #[test]
+    fn ts_query_is_quoted_words_only() {
+        let q = |text: &str| ts_query(&query_words(text));
+        assert_eq!(q("garden & !tomatoes:* | ('basil')").as_deref(), Some("'garden' | 'tomatoes' | 'basil'"));
+        assert_eq!(q("& | ! ( ) : * ' \""), None);
+    }
+
+    #[test]
+    fn location_has_no_password() {
+        let config: tokio_postgres::Config = "postgres://ann:s3cret@db.example:5432/ctx".parse().unwrap();
+        assert_eq!(location(&config), "postgres://ann@db.example/ctx");
+        let config: tokio_postgres::Config = "postgres://postgres@/t1?host=/tmp/pg%20dir".parse().unwrap();
+        assert_eq!(location(&config), "postgres://postgres@/tmp/pg dir/t1");
+    }
+}
