@@ -35,6 +35,7 @@ mod agent;
 mod attacks;
 mod catalog;
 mod cli;
+mod cluster;
 mod docs_examples;
 mod docs_reference;
 mod env;

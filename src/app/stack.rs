@@ -7,18 +7,23 @@ use std::sync::Arc;
 
 use super::catalog::{Catalog, MANUAL_HOOKS, Options, State};
 use crate::engine::EngineError;
+use crate::engine::default::memory::{MemoryError, open_memory};
 use crate::engine::default::{DefaultEngine, DefaultSettings};
 use crate::engine::layer::Layer;
 use crate::engine::stack::{StackEngine, StackLayer, StackSettings};
 use crate::metrics::Metrics;
 
 /// Builds the engine `config.toml` describes from `catalog`: the built-in
-/// engine (memory at `[memory] path`, default `<home>/memory.db`) under the
+/// engine (memory at `[memory] path`, else in the `[store] url` database,
+/// else `<home>/memory.db`) under the
 /// layers of `[context_engine] plugin_stack` (or `plugin`, or the manual
 /// hooks). A layer whose plugin is disabled, broken or not installed is left
 /// out with a warning; the rest of the stack works. Returns the engine and
 /// the warnings (about the stack only; the catalog's own are
 /// [`Catalog::warnings`]).
+///
+/// Needs a multi-threaded tokio runtime to be current when the memory is in
+/// PostgreSQL.
 ///
 /// # Errors
 /// The memory database cannot be opened, or the state store (`state.db`, which
@@ -28,14 +33,22 @@ pub fn build(catalog: &Catalog, cx: &crate::host::LoadContext<'_>) -> Result<(St
     crate::host::state::disabled(cx.home).map_err(EngineError::StateFile)?;
     let engine_config = &cx.config.context_engine;
     let db = cx.config.memory.path.clone().unwrap_or_else(|| cx.home.root().join("memory.db"));
-    let default = DefaultEngine::open(
-        &db,
+    // `[memory] path` names a SQLite file and wins (`ctxhost run` always sets
+    // one); without it, `[store] url` holds the memory in PostgreSQL, shared
+    // by every instance on that store.
+    let url = match &cx.config.memory.path {
+        Some(_) => None,
+        None => crate::host::store::store_url(cx.home)
+            .map_err(|e| MemoryError::new("<the [store] url>", "open", e.message()))?,
+    };
+    let default = DefaultEngine::with_memory(
+        open_memory(&db, url.as_deref())?,
         DefaultSettings {
             context_window_tokens: engine_config.context_window_tokens,
             max_recall_results: engine_config.max_recall_results,
             stable_prefix_mode: engine_config.stable_prefix_mode,
         },
-    )?;
+    );
     let limiter = Arc::new(tokio::sync::Semaphore::new(cx.config.max_concurrent_hooks.max(1)));
     let metrics = Arc::new(Metrics::default());
     let mut warnings = Vec::new();

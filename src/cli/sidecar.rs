@@ -55,7 +55,12 @@ pub fn exec(args: SidecarArgs, home: &Home) -> CliResult {
     let cx = LoadContext { home, config: &config, host_env: &LoadContext::process_env };
     // What a sidecar or daemon killed before left in the temp dir goes first.
     crate::runner::process::tmp::remove_stale_in_temp_dir();
-    let (mut engine, warnings) = load_stack(&cx)?;
+    // The runtime first: a memory in PostgreSQL ([store] url) opens on it.
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let (mut engine, warnings) = {
+        let _current = runtime.enter();
+        load_stack(&cx)?
+    };
     show_warnings(&warnings);
     let journal = crate::engine::durable::open_journal(home, &config.context_engine)?;
     tracing::info!(plugins = ?engine.layer_names(), "ctxhost sidecar ready");
@@ -63,7 +68,6 @@ pub fn exec(args: SidecarArgs, home: &Home) -> CliResult {
         ingest_wait: Duration::from_millis(args.ingest_wait_ms),
         settle_timeout: Duration::from_secs(args.settle_timeout_secs),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let input = std::io::BufReader::with_capacity(1 << 16, std::io::stdin());
     let report = runtime.block_on(async {
         // after_turn goes through the journal; what a sidecar LibreFang
