@@ -1,7 +1,7 @@
 //! The built-in memory on PostgreSQL: several ctxhost instances share one
 //! memory. Full-text search with a `tsvector` column and a GIN index,
-//! ranked by BM25 computed in SQL ([`RECALL`]), keyed by agent and peer as
-//! the SQLite backend is.
+//! ranked by BM25 computed in SQL ([`recall_sql`]), keyed by agent and peer
+//! as the SQLite backend is.
 //!
 //! - Tokenisation matches the SQLite path: ctxhost splits the content into
 //!   runs of letters and digits, lowercased ([`index_text`], the same rule as
@@ -37,10 +37,11 @@ use super::{MemoryBackend, MemoryError, NewMemory, StoredMemory, query_words};
 use crate::runner::BoxFuture;
 
 /// The schema version this binary writes.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// Each migration, version `i + 1` at index `i`.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
 CREATE TABLE memory_items (
     id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     agent_id TEXT NOT NULL,
@@ -56,7 +57,15 @@ CREATE TABLE memory_items (
     UNIQUE (agent_id, peer_id, content_sha)
 );
 CREATE INDEX memory_items_tsv ON memory_items USING GIN (tsv);
-"];
+",
+    "
+-- perf (i16): each memory's term frequencies, so a recall ranks without
+-- unnesting every matching tsvector (the same counts: a lexeme's positions).
+CREATE FUNCTION memory_tf(tsvector) RETURNS jsonb LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS
+    'SELECT coalesce(jsonb_object_agg(lexeme, cardinality(positions)), ''{}''::jsonb) FROM unnest($1)';
+ALTER TABLE memory_items ADD COLUMN tf JSONB GENERATED ALWAYS AS (memory_tf(to_tsvector('simple', words))) STORED;
+",
+];
 
 /// The advisory lock the migration holds (`ctxhost.memory` as a number).
 const MIGRATION_LOCK: i64 = 0x6374_7868_6d65_6d31;
@@ -70,38 +79,52 @@ const POOL_SIZE: usize = 16;
 /// How long connecting, or waiting for a free connection, may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A recall: the memories in scope that hold a query word (through the GIN
-/// index), ranked by Okapi BM25 (k1 = 1.2, b = 0.75, FTS5's constants) with
-/// the statistics of those matches — document frequencies and the average
-/// length among the memories that hold any query word, not the whole table,
-/// so a recall costs in proportion to its matches, as `ts_rank` would.
-/// `ts_rank` itself is not comparable: a word's second mention adds a
-/// quarter, rare words weigh no more, and its length normalisation flips
-/// the order of repeated mentions against short memories. Ties: newest
-/// first, as on SQLite. `$1` agent, `$2` peer or `''`, `$3` the tsquery,
-/// `$4` the words, `$5` the limit.
-const RECALL: &str = "
-WITH hits AS (
-    SELECT id, content, tags, source, word_count, tsv FROM memory_items
-    WHERE agent_id = $1 AND (peer_id = $2 OR peer_id = '') AND tsv @@ CAST($3::text AS tsquery)
-),
-terms AS (
-    SELECT h.id, u.lexeme, cardinality(u.positions)::float8 AS tf
-    FROM hits h CROSS JOIN LATERAL unnest(h.tsv) AS u
-    WHERE u.lexeme = ANY($4::text[])
-),
-stats AS (SELECT count(*)::float8 AS n, greatest(avg(word_count), 1)::float8 AS avgdl FROM hits),
-idf AS (
-    SELECT t.lexeme, ln(1 + (s.n - count(*) + 0.5) / (count(*) + 0.5)) AS idf
-    FROM terms t CROSS JOIN stats s GROUP BY t.lexeme, s.n
-),
-scores AS (
-    SELECT t.id, sum(i.idf * t.tf * 2.2 / (t.tf + 1.2 * (0.25 + 0.75 * h.word_count / s.avgdl))) AS score
-    FROM terms t JOIN idf i ON i.lexeme = t.lexeme JOIN hits h ON h.id = t.id CROSS JOIN stats s
-    GROUP BY t.id
-)
-SELECT h.content, h.tags, h.source FROM hits h JOIN scores c ON c.id = h.id
-ORDER BY c.score DESC, h.id DESC LIMIT $5";
+/// Query words up to which a recall's statement is kept prepared per
+/// connection (one per word count); longer queries are prepared per call.
+const CACHED_WORDS_MAX: usize = 16;
+
+/// A recall of `words` query words: the memories in scope that hold a
+/// query word (`tsv @@` the tsquery, the GIN index or the agent's rows, as
+/// the planner finds cheaper), ranked by Okapi BM25 (k1 = 1.2, b = 0.75,
+/// FTS5's constants) with the statistics of those matches — document
+/// frequencies and the average length among the memories that hold any
+/// query word, not the whole table, so a recall costs in proportion to its
+/// matches. One pass over the matches reads each word's term frequency from
+/// the `tf` column (`memory_tf`, the tsvector's position counts; one
+/// expression per word, hence one statement per word count), a second
+/// scores them, and only the best `$4` are joined back for their content.
+/// Both CTEs are `MATERIALIZED`: inlined, the one-row statistics would be
+/// recomputed for every match whenever the planner (a generic plan, a table
+/// not yet analysed) expects one match.
+/// `ts_rank` is not comparable: a word's second mention adds a quarter,
+/// rare words weigh no more, and its length normalisation flips the order
+/// of repeated mentions against short memories. Ties: newest first, as on
+/// SQLite. `$1` agent, `$2` peer or `''`, `$3` the tsquery, `$4` the limit,
+/// `$5`… the words.
+fn recall_sql(words: usize) -> String {
+    let tf: Vec<String> = (0..words).map(|i| format!("(tf ->> ${}::text)::float8 AS t{i}", i + 5)).collect();
+    let idf: Vec<String> = (0..words)
+        .map(|i| format!("ln(1 + (count(*) - count(t{i}) + 0.5::float8) / (count(t{i}) + 0.5::float8)) AS i{i}"))
+        .collect();
+    let score: Vec<String> = (0..words)
+        .map(|i| format!("coalesce(s.i{i} * h.t{i} * 2.2 / (h.t{i} + 1.2 * (0.25 + 0.75 * h.dl / s.avgdl)), 0)"))
+        .collect();
+    format!(
+        "WITH hits AS MATERIALIZED (
+            SELECT id, word_count::float8 AS dl, {tf} FROM memory_items
+            WHERE agent_id = $1 AND (peer_id = $2 OR peer_id = '') AND tsv @@ CAST($3::text AS tsquery)
+        ),
+        s AS MATERIALIZED (SELECT greatest(avg(dl), 1) AS avgdl, {idf} FROM hits),
+        top AS (
+            SELECT h.id, {score} AS score FROM hits h CROSS JOIN s ORDER BY score DESC, h.id DESC LIMIT $4
+        )
+        SELECT m.content, m.tags, m.source FROM top JOIN memory_items m ON m.id = top.id
+        ORDER BY top.score DESC, top.id DESC",
+        tf = tf.join(", "),
+        idf = idf.join(", "),
+        score = score.join(" + "),
+    )
+}
 
 /// The PostgreSQL memory (cheap to clone: a pool).
 #[derive(Clone)]
@@ -298,12 +321,18 @@ impl MemoryBackend for PgMemory {
             }
             let fail = self.fail("recall");
             let client = self.client("recall").await?;
-            let stmt = client.prepare_cached(RECALL).await.map_err(&fail)?;
+            let sql = recall_sql(words.len());
+            let stmt = if words.len() <= CACHED_WORDS_MAX {
+                client.prepare_cached(&sql).await
+            } else {
+                client.prepare(&sql).await
+            }
+            .map_err(&fail)?;
             let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-            let rows = client
-                .query(&stmt, &[&agent_id, &peer_id.unwrap_or(""), &ts_query, &words, &limit])
-                .await
-                .map_err(&fail)?;
+            let peer = peer_id.unwrap_or("");
+            let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&agent_id, &peer, &ts_query, &limit];
+            params.extend(words.iter().map(|w| w as &(dyn tokio_postgres::types::ToSql + Sync)));
+            let rows = client.query(&stmt, &params).await.map_err(&fail)?;
             Ok(rows.iter().map(|r| StoredMemory { content: r.get(0), tags: r.get(1), source: r.get(2) }).collect())
         })
     }
