@@ -559,17 +559,45 @@ async fn open_memory_picks_postgres_by_url_and_sqlite_without() {
     assert!(file.exists());
 }
 
+/// The recall of memory schema version 1 (BM25 over an `unnest` of every
+/// matching `tsvector`), kept only to measure against in the same run.
+const RECALL_V1: &str = "
+WITH hits AS (
+    SELECT id, content, tags, source, word_count, tsv FROM memory_items
+    WHERE agent_id = $1 AND (peer_id = $2 OR peer_id = '') AND tsv @@ CAST($3::text AS tsquery)
+),
+terms AS (
+    SELECT h.id, u.lexeme, cardinality(u.positions)::float8 AS tf
+    FROM hits h CROSS JOIN LATERAL unnest(h.tsv) AS u
+    WHERE u.lexeme = ANY($4::text[])
+),
+stats AS (SELECT count(*)::float8 AS n, greatest(avg(word_count), 1)::float8 AS avgdl FROM hits),
+idf AS (
+    SELECT t.lexeme, ln(1 + (s.n - count(*) + 0.5) / (count(*) + 0.5)) AS idf
+    FROM terms t CROSS JOIN stats s GROUP BY t.lexeme, s.n
+),
+scores AS (
+    SELECT t.id, sum(i.idf * t.tf * 2.2 / (t.tf + 1.2 * (0.25 + 0.75 * h.word_count / s.avgdl))) AS score
+    FROM terms t JOIN idf i ON i.lexeme = t.lexeme JOIN hits h ON h.id = t.id CROSS JOIN stats s
+    GROUP BY t.id
+)
+SELECT h.content, h.tags, h.source FROM hits h JOIN scores c ON c.id = h.id
+ORDER BY c.score DESC, h.id DESC LIMIT $5";
+
 /// Not a check: recall latency per backend (2,000 memories of one agent,
-/// 500 recalls of two words, one at a time, ~380 matches each), printed,
-/// with the floor of the PostgreSQL side in the same run: a bare `SELECT 1`
-/// round trip of a prepared statement on the same socket.
+/// 500 recalls of two words, limit 5, ~380 matches each), printed. The
+/// machine's load drifts, so each round runs, one after the other: the
+/// SQLite recall, the PostgreSQL recall, the version-1 PostgreSQL query on
+/// the same rows (same answers), and the floor of the PostgreSQL side, a
+/// bare prepared `SELECT 1` round trip on the same socket.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "prints recall latency per backend; run with --ignored --nocapture"]
 async fn measure_recall_latency() {
     let dir = tempfile::tempdir().unwrap();
     let db = pg::database();
     let words = ["garden", "coffee", "jazz", "lisbon", "paris", "llama", "invoice", "bakery", "nurse", "vinyl"];
-    for backend in [sqlite(&dir), postgres(&db).await] {
+    let backends = [sqlite(&dir), postgres(&db).await];
+    for backend in &backends {
         let batch: Vec<NewMemory> = (0..2000)
             .map(|i| {
                 let text =
@@ -578,32 +606,42 @@ async fn measure_recall_latency() {
             })
             .collect();
         backend.store(batch).await.unwrap();
-        let mut times = Vec::new();
-        for i in 0..500 {
-            let query = format!("{} {}", words[i % 10], words[(i * 7) % 10]);
-            let started = std::time::Instant::now();
-            let got = backend.recall("m", None, &query, 5).await.unwrap();
-            times.push(started.elapsed());
-            assert_eq!(got.len(), 5);
-        }
-        times.sort();
-        println!(
-            "{}: recall p50 {:?}, p99 {:?}",
-            backend.location(),
-            times[times.len() / 2],
-            times[times.len() * 99 / 100]
-        );
     }
     let (client, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
     let driver = tokio::spawn(conn);
     let select = client.prepare("SELECT 1").await.unwrap();
-    let mut times = Vec::new();
-    for _ in 0..500 {
+    let v1 = client.prepare(RECALL_V1).await.unwrap();
+    let mut times: [Vec<std::time::Duration>; 4] = Default::default();
+    for i in 0..500 {
+        let query = format!("{} {}", words[i % 10], words[(i * 7) % 10]);
+        let mut answers = Vec::new();
+        for (k, backend) in backends.iter().enumerate() {
+            let started = std::time::Instant::now();
+            let got = backend.recall("m", None, &query, 5).await.unwrap();
+            times[k].push(started.elapsed());
+            assert_eq!(got.len(), 5);
+            answers.push(got.into_iter().map(|m| m.content).collect::<Vec<_>>());
+        }
+        let qw = ctxhost::engine::default::memory::query_words(&query);
+        let tsq = qw.iter().map(|w| format!("'{w}'")).collect::<Vec<_>>().join(" | ");
+        let started = std::time::Instant::now();
+        let old = client.query(&v1, &[&"m", &"", &tsq, &qw, &5i64]).await.unwrap();
+        times[2].push(started.elapsed());
+        let old: Vec<String> = old.iter().map(|r| r.get(0)).collect();
+        assert_eq!(old, answers[1], "the version-1 query ranks as the recall does: {query}");
         let started = std::time::Instant::now();
         client.query_one(&select, &[]).await.unwrap();
-        times.push(started.elapsed());
+        times[3].push(started.elapsed());
     }
-    times.sort();
-    println!("the floor, SELECT 1: p50 {:?}, p99 {:?}", times[times.len() / 2], times[times.len() * 99 / 100]);
     driver.abort();
+    let names = [
+        backends[0].location(),
+        backends[1].location(),
+        "the version-1 PostgreSQL query".to_owned(),
+        "the floor, SELECT 1".to_owned(),
+    ];
+    for (name, mut t) in names.iter().zip(times) {
+        t.sort();
+        println!("{name}: p50 {:?}, p99 {:?}", t[t.len() / 2], t[t.len() * 99 / 100]);
+    }
 }
