@@ -265,6 +265,24 @@ fn ts_query(words: &[String]) -> Option<String> {
     Some(quoted.join(" | "))
 }
 
+/// Stores one memory unless its agent, peer and content are stored.
+const INSERT: &str = "INSERT INTO memory_items
+    (agent_id, peer_id, content, content_sha, words, word_count, tags, source)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING";
+
+/// Runs [`INSERT`] (prepared on this connection) for `m`: 1 if it was new.
+async fn insert_one(
+    client: &impl deadpool_postgres::GenericClient,
+    insert: &tokio_postgres::Statement,
+    m: &NewMemory,
+) -> Result<u64, tokio_postgres::Error> {
+    let peer = m.peer_id.as_deref().unwrap_or("");
+    let words = index_text(&m.content);
+    let sha = Sha256::digest(m.content.as_bytes()).to_vec();
+    let count = i32::try_from(words.split(' ').filter(|w| !w.is_empty()).count()).unwrap_or(i32::MAX);
+    client.execute(insert, &[&m.agent_id, &peer, &m.content, &sha, &words, &count, &m.tags, &m.source]).await
+}
+
 impl MemoryBackend for PgMemory {
     fn location(&self) -> String {
         self.location.clone()
@@ -281,27 +299,19 @@ impl MemoryBackend for PgMemory {
             }
             let fail = self.fail("store");
             let mut client = self.client("store").await?;
-            let tx = client.transaction().await.map_err(&fail)?;
-            let insert = tx
-                .prepare_cached(
-                    "INSERT INTO memory_items
-                     (agent_id, peer_id, content, content_sha, words, word_count, tags, source)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
-                )
-                .await
-                .map_err(&fail)?;
-            let mut added = 0;
-            for m in &rows {
-                let peer = m.peer_id.as_deref().unwrap_or("");
-                let words = index_text(&m.content);
-                let sha = Sha256::digest(m.content.as_bytes()).to_vec();
-                let count = i32::try_from(words.split(' ').filter(|w| !w.is_empty()).count()).unwrap_or(i32::MAX);
-                added += tx
-                    .execute(&insert, &[&m.agent_id, &peer, &m.content, &sha, &words, &count, &m.tags, &m.source])
-                    .await
-                    .map_err(&fail)?;
-            }
-            tx.commit().await.map_err(&fail)?;
+            let insert = client.prepare_cached(INSERT).await.map_err(&fail)?;
+            let added = if let [m] = rows.as_slice() {
+                // One statement is its own transaction: one round trip, not three.
+                insert_one(&client, &insert, m).await.map_err(&fail)?
+            } else {
+                let tx = client.transaction().await.map_err(&fail)?;
+                let mut added = 0;
+                for m in &rows {
+                    added += insert_one(&tx, &insert, m).await.map_err(&fail)?;
+                }
+                tx.commit().await.map_err(&fail)?;
+                added
+            };
             Ok(usize::try_from(added).unwrap_or(usize::MAX))
         })
     }
