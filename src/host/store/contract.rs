@@ -193,3 +193,21 @@ pub fn concurrent_writers(s: Arc<dyn Store>, other: Arc<dyn Store>) {
     assert_eq!(s.trigger_list().unwrap().len(), 200);
     assert_eq!(other.storage_usage("p").unwrap().entries, 200);
 }
+
+/// Grants: the first record stays, a set replaces and says what it
+/// replaced, `None` forgets; the JSON comes back as written.
+pub fn grants(s: &dyn Store) {
+    assert_eq!(s.grant_get("p").unwrap(), None);
+    let first = json!({"allow_network": false, "readable_paths": ["/b", "/a"], "allow_filesystem": false});
+    assert_eq!(s.grant_first("p", &first).unwrap(), first);
+    let wider = json!({"allow_network": true, "env": ["KEY"]});
+    assert_eq!(s.grant_first("p", &wider).unwrap(), first, "a grant recorded first stays");
+    assert_eq!(s.grant_get("p").unwrap().unwrap().to_string(), first.to_string(), "key order kept");
+    assert_eq!(s.grant_set("p", Some(&wider)).unwrap(), Some(first));
+    assert_eq!(s.grant_set("p", Some(&wider)).unwrap(), Some(wider.clone()), "unchanged");
+    assert_eq!(s.grant_get("p").unwrap(), Some(wider.clone()));
+    assert_eq!(s.grant_get("q").unwrap(), None, "one plugin's grant is its own");
+    assert_eq!(s.grant_set("p", None).unwrap(), Some(wider));
+    assert_eq!(s.grant_get("p").unwrap(), None);
+    assert_eq!(s.grant_set("p", None).unwrap(), None);
+}

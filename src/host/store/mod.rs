@@ -27,10 +27,13 @@
 //!
 //! Old JSON and TOML state files are imported once, at the first open
 //! ([`migrate`]). The after_turn journal (`journal.rs`, its own trait and
-//! table) shares the database file, not this trait.
+//! table) shares the database file, not this trait; so does the change feed
+//! of a PostgreSQL store ([`feed`]: what every change through one instance
+//! tells the others), which its store methods write in their transactions.
 
 #[cfg(test)]
 mod contract;
+pub mod feed;
 pub mod journal;
 pub mod migrate;
 pub mod postgres;
@@ -145,6 +148,8 @@ pub struct ImportFile {
     pub config: Vec<(String, String, Value)>,
     /// `(plugin, enabled)`.
     pub choices: Vec<(String, bool)>,
+    /// `(plugin, grant)`: `grants.toml`'s records, into a PostgreSQL store.
+    pub grants: Vec<(String, Value)>,
 }
 
 /// The state store. Every method blocks; each change is one transaction and
@@ -238,6 +243,18 @@ pub trait Store: Send + Sync {
 
     /// Records a choice; whether it changed anything.
     fn set_plugin_choice(&self, plugin: &str, enabled: bool) -> Result<bool, StoreError>;
+
+    /// `plugin`'s recorded grant (its JSON, as `host::grants` wrote it).
+    fn grant_get(&self, plugin: &str) -> Result<Option<Value>, StoreError>;
+
+    /// Records `grant` for `plugin`, or with `None` forgets it; returns the
+    /// one it replaced.
+    fn grant_set(&self, plugin: &str, grant: Option<&Value>) -> Result<Option<Value>, StoreError>;
+
+    /// Records `grant` for `plugin` unless one is recorded (another instance
+    /// may have recorded one since the caller looked); returns the grant in
+    /// force.
+    fn grant_first(&self, plugin: &str, grant: &Value) -> Result<Value, StoreError>;
 
     /// Imports old state files in one transaction, records their sources and
     /// skips those recorded before. Rows replace rows; no quota applies (the
@@ -397,6 +414,18 @@ pub fn open_journal(
             Ok(Arc::new(postgres::journal::PostgresJournal::on(pg, policy)))
         }
         None => Ok(Arc::new(journal::SqliteJournal::open(&home.state_db(), policy)?)),
+    }
+}
+
+/// The change feed of `home`'s store ([`feed`]): `None` on the embedded
+/// SQLite store (one instance: nothing to tell). Blocks.
+///
+/// # Errors
+/// The database cannot be opened, reached or upgraded.
+pub fn open_feed(home: &Home) -> Result<Option<Arc<dyn feed::Feed>>, StoreError> {
+    match store_url(home)? {
+        Some(url) => Ok(Some(Arc::new(postgres::feed::PgFeed::on(postgres_db(&url)?)))),
+        None => Ok(None),
     }
 }
 

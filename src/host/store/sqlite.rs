@@ -32,8 +32,8 @@ const BACKEND: &str = "sqlite";
 
 /// The schema this code writes. Version 1: `vfs_nodes`, `triggers`,
 /// `plugin_storage`, `plugin_config`, `plugin_state`, `store_imports`, and
-/// `store_meta` (which holds the version).
-pub const SCHEMA_VERSION: u32 = 1;
+/// `store_meta` (which holds the version). Version 2: `plugin_grants`.
+pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
 /// How long a change waits for another process's transaction.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -86,6 +86,18 @@ CREATE TABLE store_imports (
     imported_at INTEGER NOT NULL
 );
 ";
+
+// notify: grants in the store (a SQLite home keeps using `grants.toml`;
+// the table keeps one contract on both backends).
+const SCHEMA_V2: &str = "
+CREATE TABLE plugin_grants (
+    plugin TEXT PRIMARY KEY,
+    grant_json TEXT NOT NULL
+);
+";
+
+/// The schema, one entry per version (`MIGRATIONS[0]` makes version 1).
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2];
 
 /// Opens a connection to the database at `path` the way every user of the
 /// file must: WAL, `synchronous = NORMAL`, a busy timeout.
@@ -291,6 +303,21 @@ fn put_choice(tx: &Connection, op: &'static str, plugin: &str, enabled: bool) ->
     Ok(())
 }
 
+/// The JSON text of `plugin`'s grant, if one is recorded.
+fn get_grant(conn: &Connection, op: &'static str, plugin: &str) -> Result<Option<String>, StoreError> {
+    conn.prepare_cached("SELECT grant_json FROM plugin_grants WHERE plugin = ?1")
+        .and_then(|mut s| s.query_row([plugin], |r| r.get(0)).optional())
+        .map_err(fail(op))
+}
+
+fn put_grant(tx: &Connection, op: &'static str, plugin: &str, grant: &Value) -> Result<(), StoreError> {
+    let text = json_text(op, grant)?;
+    tx.prepare_cached("INSERT OR REPLACE INTO plugin_grants (plugin, grant_json) VALUES (?1, ?2)")
+        .and_then(|mut s| s.execute(params![plugin, text]))
+        .map_err(fail(op))?;
+    Ok(())
+}
+
 /// `(count, sum)` of a `SELECT COUNT(*), COALESCE(SUM(bytes), 0) …`.
 fn usage(conn: &Connection, op: &'static str, sql: &str, p: impl rusqlite::Params) -> Result<Usage, StoreError> {
     let (n, b): (i64, i64) =
@@ -336,25 +363,9 @@ impl SqliteStore {
         tx.execute_batch("CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);")?;
         let version: Option<String> =
             tx.query_row("SELECT value FROM store_meta WHERE key = 'schema_version'", [], |r| r.get(0)).optional()?;
-        match version.as_deref().map(str::parse::<u32>) {
-            None => {
-                tx.execute_batch(SCHEMA_V1)?;
-                tx.execute(
-                    "INSERT INTO store_meta (key, value) VALUES ('schema_version', ?1)",
-                    [SCHEMA_VERSION.to_string()],
-                )?;
-            }
-            Some(Ok(v)) if v == SCHEMA_VERSION => {}
-            Some(Ok(v)) => {
-                return Ok(Err(refuse(
-                    OP,
-                    StoreErrorKind::Backend(format!(
-                        "`{}` holds schema version {v}, written by another ctxhost; this one knows version \
-                         {SCHEMA_VERSION}",
-                        path.display()
-                    )),
-                )));
-            }
+        let found = match version.as_deref().map(str::parse::<u32>) {
+            None => 0,
+            Some(Ok(v)) => v,
             Some(Err(e)) => {
                 return Ok(Err(refuse(
                     OP,
@@ -364,6 +375,25 @@ impl SqliteStore {
                     },
                 )));
             }
+        };
+        if found > SCHEMA_VERSION {
+            return Ok(Err(refuse(
+                OP,
+                StoreErrorKind::Backend(format!(
+                    "`{}` holds schema version {found}, written by another ctxhost; this one knows version \
+                     {SCHEMA_VERSION}",
+                    path.display()
+                )),
+            )));
+        }
+        if found < SCHEMA_VERSION {
+            for sql in &MIGRATIONS[found as usize..] {
+                tx.execute_batch(sql)?;
+            }
+            tx.execute(
+                "INSERT OR REPLACE INTO store_meta (key, value) VALUES ('schema_version', ?1)",
+                [SCHEMA_VERSION.to_string()],
+            )?;
         }
         tx.commit()?;
         Ok(Ok(()))
@@ -766,6 +796,41 @@ impl Store for SqliteStore {
         })
     }
 
+    fn grant_get(&self, plugin: &str) -> Result<Option<Value>, StoreError> {
+        const OP: &str = "grant_get";
+        let text: Option<String> = self.read(OP, |c| get_grant(c, OP, plugin))?;
+        text.map(|t| parse_json(OP, format!("grant of plugin '{plugin}'"), &t)).transpose()
+    }
+
+    fn grant_set(&self, plugin: &str, grant: Option<&Value>) -> Result<Option<Value>, StoreError> {
+        const OP: &str = "grant_set";
+        self.write(OP, |tx| {
+            let before = get_grant(tx, OP, plugin)?
+                .map(|t| parse_json::<Value>(OP, format!("grant of plugin '{plugin}'"), &t))
+                .transpose()?;
+            match grant {
+                Some(g) => put_grant(tx, OP, plugin, g)?,
+                None => {
+                    tx.prepare_cached("DELETE FROM plugin_grants WHERE plugin = ?1")
+                        .and_then(|mut s| s.execute([plugin]))
+                        .map_err(fail(OP))?;
+                }
+            }
+            Ok(before)
+        })
+    }
+
+    fn grant_first(&self, plugin: &str, grant: &Value) -> Result<Value, StoreError> {
+        const OP: &str = "grant_first";
+        self.write(OP, |tx| match get_grant(tx, OP, plugin)? {
+            Some(t) => parse_json(OP, format!("grant of plugin '{plugin}'"), &t),
+            None => {
+                put_grant(tx, OP, plugin, grant)?;
+                Ok(grant.clone())
+            }
+        })
+    }
+
     fn import(&self, files: &[ImportFile]) -> Result<(), StoreError> {
         const OP: &str = "import";
         let now = secs(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()));
@@ -793,6 +858,9 @@ impl Store for SqliteStore {
                 }
                 for (plugin, enabled) in &file.choices {
                     put_choice(tx, OP, plugin, *enabled)?;
+                }
+                for (plugin, grant) in &file.grants {
+                    put_grant(tx, OP, plugin, grant)?;
                 }
                 tx.prepare_cached("INSERT INTO store_imports (source, imported_at) VALUES (?1, ?2)")
                     .and_then(|mut s| s.execute(params![file.source, now]))
@@ -888,6 +956,33 @@ mod tests {
     fn config_values_and_plugin_choices() {
         let (_dir, s) = open();
         contract::config_and_choices(&s);
+    }
+
+    #[test]
+    fn grants_first_set_and_forget() {
+        let (_dir, s) = open();
+        contract::grants(&s);
+    }
+
+    /// A version-1 database (before `plugin_grants`) is upgraded in place.
+    #[test]
+    fn a_version_1_database_is_upgraded() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("state.db");
+        {
+            let conn = Connection::open(&db).unwrap();
+            conn.execute_batch(SCHEMA_V1).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL); \
+                 INSERT INTO store_meta VALUES ('schema_version', '1'); \
+                 INSERT INTO plugin_state VALUES ('p', 0);",
+            )
+            .unwrap();
+        }
+        let s = SqliteStore::open(&db).unwrap();
+        assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+        assert_eq!(s.plugin_choice("p").unwrap(), Some(false), "kept");
+        contract::grants(&s);
     }
 
     #[test]
