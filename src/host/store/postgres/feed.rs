@@ -176,7 +176,7 @@ enum Ended {
 async fn listen_once(pg: &Arc<Pg>, wakes: &UnboundedSender<Wake>) -> Ended {
     let lost = |connected: bool, e: &tokio_postgres::Error| Ended::Lost { connected, reason: pg.text(e) };
     let mut config = pg.config().clone();
-    config.application_name(&format!("ctxhost-listen-{}", std::process::id()));
+    config.application_name(format!("ctxhost-listen-{}", std::process::id()));
     let (client, mut connection) = match config.connect(NoTls).await {
         Ok(pair) => pair,
         Err(e) => return lost(false, &e),

@@ -645,6 +645,38 @@ mod tests {
         }
     }
 
+    /// `grants.toml` goes into a PostgreSQL store once (renamed aside); a
+    /// SQLite store leaves it where it is, the home's record of grants.
+    #[test]
+    fn grants_toml_is_imported_into_postgres_once_and_left_to_sqlite() {
+        use crate::home::Home;
+        use crate::host::store::migrate;
+        use serde_json::json;
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::at(dir.path());
+        let text = "# header\n[plugins.a]\nallow_network = true\nreadable_paths = [\"/x\"]\n\n[plugins.b]\nenv = [\"KEY\"]\n";
+        std::fs::write(home.grants_file(), text).unwrap();
+
+        let sqlite = crate::host::store::sqlite::SqliteStore::open(&home.state_db()).unwrap();
+        assert!(migrate::run(&home, &sqlite).unwrap().is_empty());
+        assert_eq!(std::fs::read_to_string(home.grants_file()).unwrap(), text, "a SQLite home keeps its file");
+        assert_eq!(sqlite.grant_get("a").unwrap(), None);
+
+        let pg = fresh();
+        let renamed = migrate::run(&home, &pg).unwrap();
+        assert_eq!(renamed, [dir.path().join("grants.toml.migrated")]);
+        assert_eq!(pg.grant_get("a").unwrap(), Some(json!({"allow_network": true, "readable_paths": ["/x"]})));
+        assert_eq!(pg.grant_get("b").unwrap(), Some(json!({"env": ["KEY"]})));
+        // Written again (an old ctxhost): imported at most once.
+        std::fs::write(home.grants_file(), "[plugins.a]\nallow_network = false\n").unwrap();
+        migrate::run(&home, &pg).unwrap();
+        assert_eq!(pg.grant_get("a").unwrap().unwrap()["allow_network"], true);
+
+        std::fs::write(home.grants_file(), "plugins = 3 [").unwrap();
+        let err = migrate::run(&home, &fresh()).unwrap_err().to_string();
+        assert!(err.contains("grants.toml"), "{err}");
+    }
+
     /// Instances starting together: one migrates, the others wait on the
     /// lock and find the schema done.
     #[test]
