@@ -53,7 +53,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The schema, one entry per version (`MIGRATIONS[0]` makes version 1).
 /// The tables of the SQLite store, in PostgreSQL's types, and the journal's.
-pub const MIGRATIONS: &[&str] = &["
+pub const MIGRATIONS: &[&str] = &[
+    "
 CREATE TABLE vfs_nodes (
     path TEXT COLLATE \"C\" PRIMARY KEY,
     owner TEXT NOT NULL,
@@ -114,7 +115,17 @@ CREATE TABLE journal_entries (
 );
 CREATE INDEX journal_entries_due ON journal_entries (target, dead_at, not_before);
 CREATE INDEX journal_entries_owner ON journal_entries (owner) WHERE owner IS NOT NULL;
-"];
+",
+    "
+-- lease: version 2 (renumber at merge): named leases (a schedule runs on one
+-- instance), held until `until_ms` on the database's clock.
+CREATE TABLE leases (
+    name TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    until_ms BIGINT NOT NULL
+);
+",
+];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -433,6 +444,7 @@ mod tests {
         contract::triggers(&fresh());
         contract::storage(&fresh());
         contract::config_and_choices(&fresh());
+        contract::claims_and_leases(&fresh());
         let db = super::pg::database();
         contract::concurrent_writers(Arc::new(open(&db.url)), Arc::new(open(&db.url)));
     }
