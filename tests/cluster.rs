@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::util::pg;
 use crate::util::site::Site;
-use crate::util::{ctxhost, write};
+use crate::util::{ctxhost, within, write};
 
 /// A home whose config names `url` as its store.
 fn site_on(url: &str) -> Site {
@@ -98,4 +98,130 @@ fn run_on_a_store_home_keeps_a_throw_away_memory() {
     assert!(text.contains("\nmemory: throw-away"), "{text}");
     let rows = db.query("SELECT count(*) FROM memory_items").map(|r| r[0][0].clone());
     assert!(matches!(rows.as_ref().map(|r| r.as_deref()), Ok(Some("0")) | Err(_)), "{rows:?}");
+}
+
+// ---- lease stream: triggers, schedules and the journal across instances ----
+
+/// A python one-shot plugin `name` in `site`: `hooks` are `(hook, body)`;
+/// each body runs with `req` and `log(line)` (appends a JSON line to
+/// `<plugin>/log.jsonl`, one write) defined, and prints `reply`.
+fn python_plugin(site: &Site, name: &str, manifest: &str, hooks: &[(&str, &str)]) {
+    let dir = site.plugin_dir(name);
+    let mut toml = format!("name = \"{name}\"\nversion = \"0.1.0\"\n{manifest}\n[hooks]\nruntime = \"python\"\n");
+    for (hook, body) in hooks {
+        toml.push_str(&format!("{hook} = \"hooks/{hook}.py\"\n"));
+        let indented: String = body.lines().map(|l| format!("    {l}\n")).collect();
+        write(
+            &dir.join(format!("hooks/{hook}.py")),
+            &format!(
+                "import json, os, sys, time\n\
+                 here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))\n\
+                 def log(line):\n    fd = os.open(os.path.join(here, 'log.jsonl'), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)\n    os.write(fd, (json.dumps(line) + '\\n').encode())\n    os.close(fd)\n\
+                 req = json.load(sys.stdin)\nreply = {{}}\nif True:\n{indented}\
+                 print(json.dumps(reply))\n"
+            ),
+        );
+    }
+    write(&dir.join("plugin.toml"), &toml);
+}
+
+/// How many records of each key `of` the sites' logs of plugin `name` hold,
+/// and which keys the site `marked` recorded.
+fn tally(sites: &[&Site], name: &str, of: impl Fn(&Value) -> Option<String>) -> std::collections::BTreeMap<String, usize> {
+    let mut n = std::collections::BTreeMap::new();
+    for site in sites {
+        for line in site.log(name) {
+            if let Some(k) = of(&line) {
+                *n.entry(k).or_insert(0) += 1;
+            }
+        }
+    }
+    n
+}
+
+fn keys_in(site: &Site, name: &str, of: impl Fn(&Value) -> Option<String>) -> std::collections::BTreeSet<String> {
+    site.log(name).iter().filter_map(&of).collect()
+}
+
+/// The trigger recorder: `trigger_fire` logs `start` at once, then (for a
+/// time trigger) works for a while and logs `done`; an event trigger's
+/// firing logs its event's `n`.
+fn trigger_recorder(site: &Site) {
+    python_plugin(
+        site,
+        "rec",
+        "",
+        &[(
+            "trigger_fire",
+            "t = req['trigger']\n\
+             if t.get('type') == 'event':\n    log({'event': t['id'] + '#' + str(t['event_payload']['n'])})\n\
+             else:\n    log({'start': t['id']})\n    time.sleep(1.5)\n    log({'done': t['id']})",
+        )],
+    );
+}
+
+/// Three instances fire 40 due triggers while one of them is SIGKILLed
+/// half-way and a fourth starts: every trigger fires, and each exactly once
+/// — except one the killed instance had claimed and not settled, which
+/// another instance fires again after the claim ran out (at least once is
+/// the promise; the re-firing is what keeps it from being lost). Events
+/// posted to any instance fire each listening trigger once.
+#[test]
+fn due_triggers_fire_once_across_instances_that_start_and_die() {
+    let db = pg::database();
+    let sites: Vec<Site> = (0..4).map(|_| site_on(&db.url)).collect();
+    for s in &sites {
+        trigger_recorder(s);
+    }
+    let (a, mut b, c) = (sites[0].start(&[]), Some(sites[1].start(&[])), sites[2].start(&[]));
+    const N: usize = 40;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    for i in 0..N {
+        let t = json!({"id": format!("t{i:02}"), "type": "datetime", "target": now + 2 + (i as u64 % 6)});
+        let r = a.post("/api/triggers", &t.to_string());
+        assert_eq!(r.status, 201, "{}", r.body);
+    }
+    // Half-way: B dies holding claims (each firing takes 1.5 s), D starts.
+    within(30, "B's first firings", || !keys_in(&sites[1], "rec", |l| l["start"].as_str().map(str::to_owned)).is_empty());
+    std::thread::sleep(Duration::from_millis(700));
+    drop(b.take()); // SIGKILL
+    let killed_at = std::time::Instant::now();
+    let d = sites[3].start(&[]);
+    let all: Vec<&Site> = sites.iter().collect();
+    let done = |l: &Value| l["done"].as_str().map(str::to_owned);
+    within(60, "every trigger done", || tally(&all, "rec", done).len() == N);
+    // Past any claim that could still run out and fire again.
+    std::thread::sleep(Duration::from_secs(8).saturating_sub(killed_at.elapsed().min(Duration::from_secs(8))));
+    std::thread::sleep(Duration::from_secs(2));
+    let starts = tally(&all, "rec", |l| l["start"].as_str().map(str::to_owned));
+    let on_b = keys_in(&sites[1], "rec", |l| l["start"].as_str().map(str::to_owned));
+    assert_eq!(starts.len(), N, "every trigger fired: {starts:?}");
+    let mut taken_over = 0;
+    for (id, n) in &starts {
+        match n {
+            1 => {}
+            2 if on_b.contains(id) => taken_over += 1,
+            _ => panic!("trigger {id} fired {n} times (on the killed instance: {})", on_b.contains(id)),
+        }
+    }
+    // B held claims when it died: each was fired again elsewhere, or B's
+    // own firing never started; either way nothing is left in the store.
+    let left = db.query("SELECT count(*) FROM triggers").unwrap();
+    assert_eq!(left, [[Some("0".to_owned())]], "every firing settled");
+    eprintln!("triggers: {N} fired, {taken_over} re-fired after the killed instance's claim ran out");
+
+    // Events: three triggers on `deploy`, ten events through three instances.
+    for k in 0..3 {
+        let t = json!({"id": format!("e{k}"), "type": "event", "event_name": "deploy"});
+        assert_eq!(c.post("/api/triggers", &t.to_string()).status, 201);
+    }
+    let live = [&a, &c, &d];
+    for n in 0..10 {
+        let r = live[n % 3].post("/api/events/deploy", &json!({"n": n}).to_string());
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.json()["fired"].as_array().map(Vec::len), Some(3), "{}", r.body);
+    }
+    let events = tally(&all, "rec", |l| l["event"].as_str().map(str::to_owned));
+    assert_eq!(events.len(), 30, "{events:?}");
+    assert!(events.values().all(|n| *n == 1), "one event, one firing of each listening trigger: {events:?}");
 }
