@@ -225,3 +225,42 @@ fn due_triggers_fire_once_across_instances_that_start_and_die() {
     assert_eq!(events.len(), 30, "{events:?}");
     assert!(events.values().all(|n| *n == 1), "one event, one firing of each listening trigger: {events:?}");
 }
+
+/// A 1 s schedule on two instances runs about once a second in all (not
+/// twice), on the lease's holder; when the holder is SIGKILLed, the other
+/// takes the schedule over within the lease (period + 2 s) and a period.
+#[test]
+fn a_schedule_runs_on_one_instance_and_moves_when_it_dies() {
+    let db = pg::database();
+    let sites: Vec<Site> = (0..2).map(|_| site_on(&db.url)).collect();
+    for s in &sites {
+        python_plugin(
+            s,
+            "ticker",
+            "[[schedules]]\nid = \"tick\"\ninterval_secs = 1\n",
+            &[("run_schedule", "log({'id': req['id'], 'at': time.time()})")],
+        );
+    }
+    let mut daemons: Vec<Option<crate::util::http::Daemon>> = sites.iter().map(|s| Some(s.start(&[]))).collect();
+    let runs = |s: &Site| s.log("ticker").iter().filter_map(|l| l["at"].as_f64()).collect::<Vec<f64>>();
+    within(20, "the first run", || sites.iter().any(|s| !runs(s).is_empty()));
+    let first = sites.iter().flat_map(|s| runs(s)).fold(f64::INFINITY, f64::min);
+    std::thread::sleep(Duration::from_secs(5));
+    let window = |s: &Site, from: f64, to: f64| runs(s).into_iter().filter(|t| *t >= from && *t < to).count();
+    let total: usize = sites.iter().map(|s| window(s, first, first + 5.0)).sum();
+    assert!((4..=6).contains(&total), "about 5 runs in 5 s across both instances, not 10: {total}");
+    let holder = if window(&sites[0], first + 2.0, first + 5.0) > 0 { 0 } else { 1 };
+    assert_eq!(window(&sites[1 - holder], first + 2.0, first + 5.0), 0, "only the holder runs it");
+
+    drop(daemons[holder].take()); // SIGKILL
+    let killed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let other = &sites[1 - holder];
+    within(15, "the other instance's first run", || runs(other).iter().any(|t| *t > killed));
+    let took_over = runs(other).into_iter().find(|t| *t > killed).unwrap_or(f64::INFINITY) - killed;
+    assert!(took_over <= 3.0 + 1.0 + 1.0, "taken over after {took_over:.1} s (lease 3 s + period 1 s + a tick)");
+    std::thread::sleep(Duration::from_secs(3));
+    let after = window(other, killed, killed + 100.0);
+    assert!(after >= 3, "it keeps running on the other instance: {after}");
+    eprintln!("schedule: {total} runs in 5 s on two instances; taken over {took_over:.1} s after the kill");
+    drop(daemons);
+}
