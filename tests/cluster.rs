@@ -250,7 +250,7 @@ fn a_schedule_runs_on_one_instance_and_moves_when_it_dies() {
     let mut daemons: Vec<Option<crate::util::http::Daemon>> = sites.iter().map(|s| Some(s.start(&[]))).collect();
     let runs = |s: &Site| s.log("ticker").iter().filter_map(|l| l["at"].as_f64()).collect::<Vec<f64>>();
     within(20, "the first run", || sites.iter().any(|s| !runs(s).is_empty()));
-    let first = sites.iter().flat_map(|s| runs(s)).fold(f64::INFINITY, f64::min);
+    let first = sites.iter().flat_map(&runs).fold(f64::INFINITY, f64::min);
     std::thread::sleep(Duration::from_secs(5));
     let window = |s: &Site, from: f64, to: f64| runs(s).into_iter().filter(|t| *t >= from && *t < to).count();
     let total: usize = sites.iter().map(|s| window(s, first, first + 5.0)).sum();
