@@ -126,6 +126,12 @@ pub enum DueStep {
     Fire { fired: u64, wake: Option<u64> },
     /// Not due after all: kept, waking at `wake`.
     Wait { wake: Option<u64> },
+    /// Claimed for a firing that has not happened yet: kept as it is, its
+    /// wake time moved to `until` (unix seconds), the claim's end. The
+    /// claimer settles it ([`Store::trigger_settle`]) once fired; if it
+    /// never does (it died), the trigger is due again at `until` and
+    /// another instance claims it.
+    Claim { until: u64 },
 }
 
 /// Bytes and entries one owner keeps.
@@ -209,6 +215,23 @@ pub trait Store: Send + Sync {
         now: u64,
         step: &mut dyn FnMut(&TriggerRecord) -> DueStep,
     ) -> Result<Vec<(TriggerRecord, DueStep)>, StoreError>;
+
+    /// Settles a claim ([`DueStep::Claim`]) of trigger `id` whose wake
+    /// time the claim set to `claimed`: applies `step` (a `FireOnce` deletes
+    /// it, a `Fire` records the firing, a `Claim` renews the claim, …) only
+    /// while the trigger is still so claimed. `false`: the claim was lost
+    /// (it ran out and another instance claimed the trigger, or the trigger
+    /// was changed or deleted meanwhile); nothing changed.
+    fn trigger_settle(&self, id: &str, claimed: u64, step: DueStep) -> Result<bool, StoreError>;
+
+    /// Takes or renews the lease `name` for `holder` for `duration`, on the
+    /// store's clock (the database's, for a shared store): one conditional
+    /// upsert, granted when nobody holds it, `holder` already does, or the
+    /// last holder's lease ran out. Whether `holder` holds it now.
+    fn lease_take(&self, name: &str, holder: &str, duration: std::time::Duration) -> Result<bool, StoreError>;
+
+    /// Gives lease `name` up, if `holder` holds it; whether it did.
+    fn lease_drop(&self, name: &str, holder: &str) -> Result<bool, StoreError>;
 
     /// `plugin`'s value for `key` in `scope`.
     fn storage_get(&self, plugin: &str, scope: Scope<'_>, key: &str) -> Result<Option<Value>, StoreError>;

@@ -32,8 +32,10 @@ const BACKEND: &str = "sqlite";
 
 /// The schema this code writes. Version 1: `vfs_nodes`, `triggers`,
 /// `plugin_storage`, `plugin_config`, `plugin_state`, `store_imports`, and
-/// `store_meta` (which holds the version). Version 2: `plugin_grants`.
-pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+/// `store_meta` (which holds the version). Version 2 (lease stream):
+/// `leases` (who holds a named lease until when, [`Store::lease_take`]).
+/// Version 3 (notify stream): `plugin_grants`.
+pub const SCHEMA_VERSION: u32 = STEPS.len() as u32 + 1;
 
 /// How long a change waits for another process's transaction.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -87,17 +89,35 @@ CREATE TABLE store_imports (
 );
 ";
 
-// notify: grants in the store (a SQLite home keeps using `grants.toml`;
-// the table keeps one contract on both backends).
+// lease: schema version 2 (renumber at merge).
 const SCHEMA_V2: &str = "
+CREATE TABLE leases (
+    name TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    until_ms INTEGER NOT NULL
+);
+";
+
+// notify: schema version 3 (renumber at merge): grants in the store (a
+// SQLite home keeps using `grants.toml`; the table keeps one contract on
+// both backends).
+const SCHEMA_V3: &str = "
 CREATE TABLE plugin_grants (
     plugin TEXT PRIMARY KEY,
     grant_json TEXT NOT NULL
 );
 ";
 
-/// The schema, one entry per version (`MIGRATIONS[0]` makes version 1).
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2];
+/// The steps from version `n` to `n + 1`, `STEPS[n - 1]` (version 1 is
+/// made whole by `SCHEMA_V1`).
+const STEPS: &[&str] = &[SCHEMA_V2, SCHEMA_V3];
+
+/// Milliseconds since the epoch on this machine's clock (the lease clock of
+/// a store only this machine uses).
+fn now_ms() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
 
 /// Opens a connection to the database at `path` the way every user of the
 /// file must: WAL, `synchronous = NORMAL`, a busy timeout.
@@ -363,9 +383,37 @@ impl SqliteStore {
         tx.execute_batch("CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);")?;
         let version: Option<String> =
             tx.query_row("SELECT value FROM store_meta WHERE key = 'schema_version'", [], |r| r.get(0)).optional()?;
-        let found = match version.as_deref().map(str::parse::<u32>) {
-            None => 0,
-            Some(Ok(v)) => v,
+        match version.as_deref().map(str::parse::<u32>) {
+            None => {
+                tx.execute_batch(SCHEMA_V1)?;
+                for step in STEPS {
+                    tx.execute_batch(step)?;
+                }
+                tx.execute(
+                    "INSERT INTO store_meta (key, value) VALUES ('schema_version', ?1)",
+                    [SCHEMA_VERSION.to_string()],
+                )?;
+            }
+            Some(Ok(v)) if v == SCHEMA_VERSION => {}
+            Some(Ok(v)) if (1..SCHEMA_VERSION).contains(&v) => {
+                for step in &STEPS[v as usize - 1..] {
+                    tx.execute_batch(step)?;
+                }
+                tx.execute(
+                    "UPDATE store_meta SET value = ?1 WHERE key = 'schema_version'",
+                    [SCHEMA_VERSION.to_string()],
+                )?;
+            }
+            Some(Ok(v)) => {
+                return Ok(Err(refuse(
+                    OP,
+                    StoreErrorKind::Backend(format!(
+                        "`{}` holds schema version {v}, written by another ctxhost; this one knows version \
+                         {SCHEMA_VERSION}",
+                        path.display()
+                    )),
+                )));
+            }
             Some(Err(e)) => {
                 return Ok(Err(refuse(
                     OP,
@@ -375,25 +423,6 @@ impl SqliteStore {
                     },
                 )));
             }
-        };
-        if found > SCHEMA_VERSION {
-            return Ok(Err(refuse(
-                OP,
-                StoreErrorKind::Backend(format!(
-                    "`{}` holds schema version {found}, written by another ctxhost; this one knows version \
-                     {SCHEMA_VERSION}",
-                    path.display()
-                )),
-            )));
-        }
-        if found < SCHEMA_VERSION {
-            for sql in &MIGRATIONS[found as usize..] {
-                tx.execute_batch(sql)?;
-            }
-            tx.execute(
-                "INSERT OR REPLACE INTO store_meta (key, value) VALUES ('schema_version', ?1)",
-                [SCHEMA_VERSION.to_string()],
-            )?;
         }
         tx.commit()?;
         Ok(Ok(()))
@@ -667,10 +696,66 @@ impl Store for SqliteStore {
                             .map_err(fail(OP))?;
                     }
                     DueStep::Wait { .. } => {}
+                    DueStep::Claim { until } => {
+                        tx.prepare_cached("UPDATE triggers SET wake = ?2 WHERE id = ?1")
+                            .and_then(|mut st| st.execute(params![record.id, secs(until)]))
+                            .map_err(fail(OP))?;
+                    }
                 }
                 out.push((record, s));
             }
             Ok(out)
+        })
+    }
+
+    fn trigger_settle(&self, id: &str, claimed: u64, step: DueStep) -> Result<bool, StoreError> {
+        const OP: &str = "trigger_settle";
+        let claimed = secs(claimed);
+        self.write(OP, |tx| {
+            let n = match step {
+                DueStep::Expire | DueStep::FireOnce => tx
+                    .prepare_cached("DELETE FROM triggers WHERE id = ?1 AND wake = ?2")
+                    .and_then(|mut st| st.execute(params![id, claimed])),
+                DueStep::Fire { fired, wake } => tx
+                    .prepare_cached("UPDATE triggers SET fired = ?3, wake = ?4 WHERE id = ?1 AND wake = ?2")
+                    .and_then(|mut st| st.execute(params![id, claimed, secs(fired), wake.map(secs)])),
+                DueStep::Wait { wake } => tx
+                    .prepare_cached("UPDATE triggers SET wake = ?3 WHERE id = ?1 AND wake = ?2")
+                    .and_then(|mut st| st.execute(params![id, claimed, wake.map(secs)])),
+                DueStep::Claim { until } => tx
+                    .prepare_cached("UPDATE triggers SET wake = ?3 WHERE id = ?1 AND wake = ?2")
+                    .and_then(|mut st| st.execute(params![id, claimed, secs(until)])),
+            }
+            .map_err(fail(OP))?;
+            Ok(n == 1)
+        })
+    }
+
+    fn lease_take(&self, name: &str, holder: &str, duration: Duration) -> Result<bool, StoreError> {
+        const OP: &str = "lease_take";
+        let ms = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX);
+        self.write(OP, |tx| {
+            let now = now_ms();
+            let n = tx
+                .prepare_cached(
+                    "INSERT INTO leases (name, holder, until_ms) VALUES (?1, ?2, ?3 + ?4)
+                     ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, until_ms = excluded.until_ms
+                     WHERE leases.holder = excluded.holder OR leases.until_ms <= ?3",
+                )
+                .and_then(|mut st| st.execute(params![name, holder, now, ms]))
+                .map_err(fail(OP))?;
+            Ok(n == 1)
+        })
+    }
+
+    fn lease_drop(&self, name: &str, holder: &str) -> Result<bool, StoreError> {
+        const OP: &str = "lease_drop";
+        self.write(OP, |tx| {
+            let n = tx
+                .prepare_cached("DELETE FROM leases WHERE name = ?1 AND holder = ?2")
+                .and_then(|mut st| st.execute(params![name, holder]))
+                .map_err(fail(OP))?;
+            Ok(n == 1)
         })
     }
 
@@ -964,24 +1049,30 @@ mod tests {
         contract::grants(&s);
     }
 
-    /// A version-1 database (before `plugin_grants`) is upgraded in place.
     #[test]
-    fn a_version_1_database_is_upgraded() {
+    fn trigger_claims_and_leases() {
+        let (_dir, s) = open();
+        contract::claims_and_leases(&s);
+    }
+
+    /// A version-1 file (before `leases`) is upgraded in place, its rows kept.
+    #[test]
+    fn a_version_1_file_is_upgraded() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("state.db");
         {
-            let conn = Connection::open(&db).unwrap();
-            conn.execute_batch(SCHEMA_V1).unwrap();
-            conn.execute_batch(
-                "CREATE TABLE store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL); \
-                 INSERT INTO store_meta VALUES ('schema_version', '1'); \
-                 INSERT INTO plugin_state VALUES ('p', 0);",
+            let c = connect(&db).unwrap();
+            c.execute_batch("CREATE TABLE store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);").unwrap();
+            c.execute_batch(SCHEMA_V1).unwrap();
+            c.execute_batch(
+                "INSERT INTO store_meta VALUES ('schema_version', '1'); INSERT INTO plugin_state VALUES ('p', 0);",
             )
             .unwrap();
         }
         let s = SqliteStore::open(&db).unwrap();
         assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
-        assert_eq!(s.plugin_choice("p").unwrap(), Some(false), "kept");
+        assert_eq!(s.plugin_choice("p").unwrap(), Some(false));
+        assert!(s.lease_take("x", "me", Duration::from_secs(1)).unwrap());
         contract::grants(&s);
     }
 

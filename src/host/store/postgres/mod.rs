@@ -117,7 +117,16 @@ CREATE TABLE journal_entries (
 CREATE INDEX journal_entries_due ON journal_entries (target, dead_at, not_before);
 CREATE INDEX journal_entries_owner ON journal_entries (owner) WHERE owner IS NOT NULL;
 ",
-    // notify: grants in the store, and the change feed (`feed.rs`).
+    "
+-- lease: version 2 (renumber at merge): named leases (a schedule runs on one
+-- instance), held until `until_ms` on the database's clock.
+CREATE TABLE leases (
+    name TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    until_ms BIGINT NOT NULL
+);
+",
+    // notify: version 3 (renumber at merge): grants in the store, and the change feed (`feed.rs`).
     "
 CREATE TABLE plugin_grants (
     plugin TEXT PRIMARY KEY,
@@ -482,6 +491,7 @@ mod tests {
         contract::storage(&fresh());
         contract::config_and_choices(&fresh());
         contract::grants(&fresh());
+        contract::claims_and_leases(&fresh());
         let db = super::pg::database();
         contract::concurrent_writers(Arc::new(open(&db.url)), Arc::new(open(&db.url)));
     }
@@ -654,7 +664,8 @@ mod tests {
         use serde_json::json;
         let dir = tempfile::tempdir().unwrap();
         let home = Home::at(dir.path());
-        let text = "# header\n[plugins.a]\nallow_network = true\nreadable_paths = [\"/x\"]\n\n[plugins.b]\nenv = [\"KEY\"]\n";
+        let text =
+            "# header\n[plugins.a]\nallow_network = true\nreadable_paths = [\"/x\"]\n\n[plugins.b]\nenv = [\"KEY\"]\n";
         std::fs::write(home.grants_file(), text).unwrap();
 
         let sqlite = crate::host::store::sqlite::SqliteStore::open(&home.state_db()).unwrap();

@@ -43,6 +43,9 @@ const LOCK_VFS: i32 = 1;
 const LOCK_STORAGE: i32 = 2;
 const LOCK_TRIGGERS: i32 = 3;
 
+/// Milliseconds since the epoch on the database's clock.
+const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::BIGINT";
+
 /// The PostgreSQL store.
 pub struct PostgresStore {
     pg: Arc<Pg>,
@@ -632,11 +635,83 @@ impl Store for PostgresStore {
                         .await?;
                     }
                     DueStep::Wait { .. } => {}
+                    DueStep::Claim { until } => {
+                        self.exec(tx, OP, "UPDATE triggers SET wake = $2 WHERE id = $1", &[&record.id, &secs(until)])
+                            .await?;
+                    }
                 }
                 out.push((record, s));
             }
             Ok(out)
         })
+    }
+
+    fn trigger_settle(&self, id: &str, claimed: u64, step: DueStep) -> Result<bool, StoreError> {
+        const OP: &str = "trigger_settle";
+        let claimed = secs(claimed);
+        // One statement: the `wake = claimed` test and the change happen
+        // under the row's lock, so a claim lost meanwhile changes nothing.
+        let n = self.read(OP, async |c| match step {
+            DueStep::Expire | DueStep::FireOnce => {
+                self.exec(c, OP, "DELETE FROM triggers WHERE id = $1 AND wake = $2", &[&id, &claimed]).await
+            }
+            DueStep::Fire { fired, wake } => {
+                self.exec(
+                    c,
+                    OP,
+                    "UPDATE triggers SET fired = $3, wake = $4 WHERE id = $1 AND wake = $2",
+                    &[&id, &claimed, &secs(fired), &wake.map(secs)],
+                )
+                .await
+            }
+            DueStep::Wait { wake } => {
+                self.exec(
+                    c,
+                    OP,
+                    "UPDATE triggers SET wake = $3 WHERE id = $1 AND wake = $2",
+                    &[&id, &claimed, &wake.map(secs)],
+                )
+                .await
+            }
+            DueStep::Claim { until } => {
+                self.exec(
+                    c,
+                    OP,
+                    "UPDATE triggers SET wake = $3 WHERE id = $1 AND wake = $2",
+                    &[&id, &claimed, &secs(until)],
+                )
+                .await
+            }
+        })?;
+        Ok(n == 1)
+    }
+
+    fn lease_take(&self, name: &str, holder: &str, duration: std::time::Duration) -> Result<bool, StoreError> {
+        const OP: &str = "lease_take";
+        let ms = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX);
+        // The database's clock decides, so instances' clocks may differ.
+        let n = self.read(OP, async |c| {
+            self.exec(
+                c,
+                OP,
+                &format!(
+                    "INSERT INTO leases (name, holder, until_ms) VALUES ($1, $2, {NOW_MS} + $3)
+                     ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, until_ms = EXCLUDED.until_ms
+                     WHERE leases.holder = EXCLUDED.holder OR leases.until_ms <= {NOW_MS}"
+                ),
+                &[&name, &holder, &ms],
+            )
+            .await
+        })?;
+        Ok(n == 1)
+    }
+
+    fn lease_drop(&self, name: &str, holder: &str) -> Result<bool, StoreError> {
+        const OP: &str = "lease_drop";
+        let n = self.read(OP, async |c| {
+            self.exec(c, OP, "DELETE FROM leases WHERE name = $1 AND holder = $2", &[&name, &holder]).await
+        })?;
+        Ok(n == 1)
     }
 
     fn storage_get(&self, plugin: &str, scope: Scope<'_>, key: &str) -> Result<Option<Value>, StoreError> {
