@@ -97,7 +97,10 @@ pub(crate) async fn scaffold(State(state): State<Arc<AppState>>, bytes: Bytes) -
 /// on a bad plugin (the old version keeps running), 404 when there is none.
 pub(crate) async fn reload(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> JsonReply {
     match reload::reload(&state, &name).await {
-        Ok(done) => JsonReply::ok(serde_json::to_value(done).unwrap_or_default()),
+        Ok(done) => {
+            reload::announce(&state, &name).await;
+            JsonReply::ok(serde_json::to_value(done).unwrap_or_default())
+        }
         Err(e @ ReloadError::NotFound { .. }) => JsonReply::error(StatusCode::NOT_FOUND, e.to_string()),
         Err(e) => JsonReply::with_status(
             StatusCode::BAD_REQUEST,

@@ -151,6 +151,21 @@ pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded
     Ok(report)
 }
 
+/// Tells the other instances on the store (its change feed, if it has one)
+/// that the operator reloaded `name` here: each reloads it from its own
+/// files. A failure is logged; the reload here stands.
+pub(crate) async fn announce(state: &Arc<AppState>, name: &str) {
+    let Some(feed) = state.feed.clone() else { return };
+    let plugin = name.to_owned();
+    let noted = crate::host::store::off_runtime("feed_note", move || {
+        feed.note(crate::host::store::feed::ChangeKind::Reload, &plugin, &serde_json::json!({}))
+    })
+    .await;
+    if let Err(e) = noted.and_then(|r| r) {
+        tracing::warn!(plugin = %name, "reloaded here, but the other instances were not told: {e}");
+    }
+}
+
 /// `<plugins dir>/<name>` when `name` is a valid plugin name with a directory.
 pub(crate) fn plugin_dir(state: &AppState, name: &str) -> Result<std::path::PathBuf, ReloadError> {
     crate::manifest::validate_name(name).map_err(ReloadError::InvalidName)?;
