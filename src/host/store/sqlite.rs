@@ -26,14 +26,16 @@ use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, 
 use serde_json::{Map, Value};
 
 use super::quota::{StorageLimits, VfsLimits};
-use super::{Actor, DueStep, ImportFile, Node, Scope, Store, StoreError, StoreErrorKind, TriggerRecord, Usage, quota};
+use super::{
+    Actor, DueStep, ImportFile, Node, PluginVersion, Scope, Store, StoreError, StoreErrorKind, TriggerRecord, Usage, quota,
+};
 
 const BACKEND: &str = "sqlite";
 
 /// The schema this code writes. Version 1: `vfs_nodes`, `triggers`,
 /// `plugin_storage`, `plugin_config`, `plugin_state`, `store_imports`, and
-/// `store_meta` (which holds the version).
-pub const SCHEMA_VERSION: u32 = 1;
+/// `store_meta` (which holds the version). Version 2 adds `plugin_versions`.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// How long a change waits for another process's transaction.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -86,6 +88,21 @@ CREATE TABLE store_imports (
     imported_at INTEGER NOT NULL
 );
 ";
+
+/// Version 1 → 2 (i16-hash): each plugin's recorded content hash.
+const SCHEMA_V2: &str = "
+CREATE TABLE plugin_versions (
+    plugin TEXT PRIMARY KEY,
+    hash TEXT NOT NULL,
+    version TEXT NOT NULL,
+    recorded_by TEXT NOT NULL,
+    recorded_at INTEGER NOT NULL
+);
+";
+
+/// The steps from version `n` to `n + 1`, `UPGRADES[n - 1]`; a new file
+/// takes them all.
+const UPGRADES: &[&str] = &[SCHEMA_V2];
 
 /// Opens a connection to the database at `path` the way every user of the
 /// file must: WAL, `synchronous = NORMAL`, a busy timeout.
@@ -292,6 +309,25 @@ fn put_choice(tx: &Connection, op: &'static str, plugin: &str, enabled: bool) ->
 }
 
 /// `(count, sum)` of a `SELECT COUNT(*), COALESCE(SUM(bytes), 0) …`.
+fn get_version(conn: &Connection, op: &'static str, plugin: &str) -> Result<Option<PluginVersion>, StoreError> {
+    conn.prepare_cached(
+        "SELECT plugin, hash, version, recorded_by, recorded_at FROM plugin_versions WHERE plugin = ?1",
+    )
+    .and_then(|mut s| {
+        s.query_row([plugin], |r| {
+            Ok(PluginVersion {
+                plugin: r.get(0)?,
+                hash: r.get(1)?,
+                version: r.get(2)?,
+                recorded_by: r.get(3)?,
+                recorded_at: unsecs(r.get(4)?),
+            })
+        })
+        .optional()
+    })
+    .map_err(fail(op))
+}
+
 fn usage(conn: &Connection, op: &'static str, sql: &str, p: impl rusqlite::Params) -> Result<Usage, StoreError> {
     let (n, b): (i64, i64) =
         conn.prepare_cached(sql).and_then(|mut s| s.query_row(p, |r| Ok((r.get(0)?, r.get(1)?)))).map_err(fail(op))?;
@@ -339,12 +375,21 @@ impl SqliteStore {
         match version.as_deref().map(str::parse::<u32>) {
             None => {
                 tx.execute_batch(SCHEMA_V1)?;
+                for step in UPGRADES {
+                    tx.execute_batch(step)?;
+                }
                 tx.execute(
                     "INSERT INTO store_meta (key, value) VALUES ('schema_version', ?1)",
                     [SCHEMA_VERSION.to_string()],
                 )?;
             }
             Some(Ok(v)) if v == SCHEMA_VERSION => {}
+            Some(Ok(v)) if v >= 1 && v < SCHEMA_VERSION => {
+                for step in &UPGRADES[v as usize - 1..] {
+                    tx.execute_batch(step)?;
+                }
+                tx.execute("UPDATE store_meta SET value = ?1 WHERE key = 'schema_version'", [SCHEMA_VERSION.to_string()])?;
+            }
             Some(Ok(v)) => {
                 return Ok(Err(refuse(
                     OP,
@@ -766,6 +811,38 @@ impl Store for SqliteStore {
         })
     }
 
+    fn shared(&self) -> bool {
+        false
+    }
+
+    fn plugin_version(&self, plugin: &str) -> Result<Option<PluginVersion>, StoreError> {
+        const OP: &str = "plugin_version";
+        self.read(OP, |c| get_version(c, OP, plugin))
+    }
+
+    fn record_plugin_version(&self, record: &PluginVersion, replace: bool) -> Result<PluginVersion, StoreError> {
+        const OP: &str = "record_plugin_version";
+        let verb = if replace { "INSERT OR REPLACE" } else { "INSERT OR IGNORE" };
+        self.write(OP, |tx| {
+            tx.prepare_cached(&format!(
+                "{verb} INTO plugin_versions (plugin, hash, version, recorded_by, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5)"
+            ))
+            .and_then(|mut s| {
+                s.execute(params![
+                    record.plugin,
+                    record.hash,
+                    record.version,
+                    record.recorded_by,
+                    secs(record.recorded_at)
+                ])
+            })
+            .map_err(fail(OP))?;
+            get_version(tx, OP, &record.plugin)?.ok_or_else(|| {
+                refuse(OP, StoreErrorKind::Backend(format!("the version of plugin '{}' did not stay", record.plugin)))
+            })
+        })
+    }
+
     fn import(&self, files: &[ImportFile]) -> Result<(), StoreError> {
         const OP: &str = "import";
         let now = secs(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()));
@@ -882,6 +959,30 @@ mod tests {
     fn storage_scopes_quota_and_usage() {
         let (_dir, s) = open();
         contract::storage(&s);
+    }
+
+    #[test]
+    fn plugin_versions_and_the_upgrade_from_version_1() {
+        let (dir, s) = open();
+        contract::plugin_versions(&s);
+        assert!(!s.shared(), "one home's file");
+        let on_file = || Arc::new(SqliteStore::open(&dir.path().join("state.db")).unwrap());
+        contract::plugin_versions_race(on_file(), on_file());
+        drop(s);
+        // A version 1 file (an older ctxhost's) gains the table and keeps its rows.
+        let db = dir.path().join("state.db");
+        let c = Connection::open(&db).unwrap();
+        c.execute_batch(
+            "DROP TABLE plugin_versions; UPDATE store_meta SET value = '1' WHERE key = 'schema_version';
+             INSERT OR REPLACE INTO plugin_state (plugin, enabled) VALUES ('kept', 0);",
+        )
+        .unwrap();
+        drop(c);
+        let s = SqliteStore::open(&db).unwrap();
+        assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+        assert_eq!(s.plugin_choice("kept").unwrap(), Some(false));
+        assert_eq!(s.plugin_version("p").unwrap(), None);
+        contract::plugin_versions(&s);
     }
 
     #[test]

@@ -52,7 +52,8 @@ const WAIT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The schema, one entry per version (`MIGRATIONS[0]` makes version 1).
-/// The tables of the SQLite store, in PostgreSQL's types, and the journal's.
+/// Version 1: the tables of the SQLite store, in PostgreSQL's types, and the
+/// journal's. Version 2: `plugin_versions`.
 pub const MIGRATIONS: &[&str] = &["
 CREATE TABLE vfs_nodes (
     path TEXT COLLATE \"C\" PRIMARY KEY,
@@ -114,6 +115,15 @@ CREATE TABLE journal_entries (
 );
 CREATE INDEX journal_entries_due ON journal_entries (target, dead_at, not_before);
 CREATE INDEX journal_entries_owner ON journal_entries (owner) WHERE owner IS NOT NULL;
+", "
+-- i16-hash: plugin_versions (each plugin's content hash, the fleet's version)
+CREATE TABLE plugin_versions (
+    plugin TEXT PRIMARY KEY,
+    hash TEXT NOT NULL,
+    version TEXT NOT NULL,
+    recorded_by TEXT NOT NULL,
+    recorded_at BIGINT NOT NULL
+);
 "];
 
 /// The schema version this build writes.
@@ -435,6 +445,11 @@ mod tests {
         contract::config_and_choices(&fresh());
         let db = super::pg::database();
         contract::concurrent_writers(Arc::new(open(&db.url)), Arc::new(open(&db.url)));
+        let s = fresh();
+        assert!(s.shared());
+        contract::plugin_versions(&s);
+        let db = super::pg::database();
+        contract::plugin_versions_race(Arc::new(open(&db.url)), Arc::new(open(&db.url)));
     }
 
     /// Two instances claiming the due triggers of one database at once: each
