@@ -322,7 +322,11 @@ fn adopt(name: &str, home: &Home, out: &mut impl Write) -> Outcome {
     let config = load_config(home)?;
     let cx = LoadContext { home, config: &config, host_env: &LoadContext::process_env };
     let done = crate::app::catalog::adopt(&cx, name)?;
-    writeln!(out, "Recorded {} {} ({}) as the version every instance runs", done.name, done.version, done.content_hash)?;
+    writeln!(
+        out,
+        "Recorded {} {} ({}) as the version every instance runs",
+        done.name, done.version, done.content_hash
+    )?;
     if let Some(old) = &done.replaced {
         writeln!(out, "  in place of {old}")?;
     }

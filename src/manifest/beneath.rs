@@ -208,10 +208,8 @@ impl Root {
         }
         out.into_iter()
             .map(|name| {
-                let kind = entry_kind(self.fd.as_fd(), &name).map_err(|e| BeneathError {
-                    path: self.path.join(&name),
-                    reason: io_refusal(e),
-                })?;
+                let kind = entry_kind(self.fd.as_fd(), &name)
+                    .map_err(|e| BeneathError { path: self.path.join(&name), reason: io_refusal(e) })?;
                 Ok((name, kind))
             })
             .collect()
@@ -261,7 +259,9 @@ impl Root {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EntryKind {
     /// A regular file; `executable` when its owner may execute it.
-    File { executable: bool },
+    File {
+        executable: bool,
+    },
     Dir,
     Symlink,
     /// A FIFO, socket or device.

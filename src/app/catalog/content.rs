@@ -128,11 +128,9 @@ fn wasm_files(root: &Root) -> Result<Option<BTreeMap<PathBuf, Item>>, ContentErr
     }
     let mut files = BTreeMap::from([(manifest.to_owned(), Item::File { executable: false })]);
     let hook_names: Vec<&str> = crate::protocol::HookName::ALL.iter().map(|h| h.as_str()).collect();
-    let named = table
-        .get("component")
-        .and_then(|v| v.as_str())
-        .into_iter()
-        .chain(hooks.into_iter().flatten().filter(|(k, _)| hook_names.contains(&k.as_str())).filter_map(|(_, v)| v.as_str()));
+    let named = table.get("component").and_then(|v| v.as_str()).into_iter().chain(
+        hooks.into_iter().flatten().filter(|(k, _)| hook_names.contains(&k.as_str())).filter_map(|(_, v)| v.as_str()),
+    );
     for rel in named {
         let rel = normal(rel).ok_or_else(|| ContentError::Manifest {
             path: root.path().join(MANIFEST_FILE),

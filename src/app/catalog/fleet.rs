@@ -88,7 +88,8 @@ fn decide(
     rule: Rule,
 ) -> Result<(), String> {
     let ours = || record(cx, name, hash, version);
-    let failed = |e: crate::host::store::StoreError| format!("its version cannot be recorded in the store: {}", e.message());
+    let failed =
+        |e: crate::host::store::StoreError| format!("its version cannot be recorded in the store: {}", e.message());
     let fleet = match rule {
         Rule::Look if !shared => return Ok(()),
         Rule::Look => match store.plugin_version(name).map_err(failed)? {

@@ -69,7 +69,12 @@ impl Options {
     /// A start or reload (`serve`, `run`): dependencies installed when
     /// config.toml's `[faustbot] install_deps_at_start` says so, else checked.
     pub fn start(config: &crate::config::HostConfig) -> Options {
-        Options { deps: Some(Install::at_start(config)), import_check: false, scope: Scope::All, versions: fleet::Rule::Record }
+        Options {
+            deps: Some(Install::at_start(config)),
+            import_check: false,
+            scope: Scope::All,
+            versions: fleet::Rule::Record,
+        }
     }
 
     /// [`Options::start`] for the context stack's plugins only.

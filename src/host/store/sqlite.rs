@@ -27,7 +27,8 @@ use serde_json::{Map, Value};
 
 use super::quota::{StorageLimits, VfsLimits};
 use super::{
-    Actor, DueStep, ImportFile, Node, PluginVersion, Scope, Store, StoreError, StoreErrorKind, TriggerRecord, Usage, quota,
+    Actor, DueStep, ImportFile, Node, PluginVersion, Scope, Store, StoreError, StoreErrorKind, TriggerRecord, Usage,
+    quota,
 };
 
 const BACKEND: &str = "sqlite";
@@ -310,22 +311,20 @@ fn put_choice(tx: &Connection, op: &'static str, plugin: &str, enabled: bool) ->
 
 /// `(count, sum)` of a `SELECT COUNT(*), COALESCE(SUM(bytes), 0) …`.
 fn get_version(conn: &Connection, op: &'static str, plugin: &str) -> Result<Option<PluginVersion>, StoreError> {
-    conn.prepare_cached(
-        "SELECT plugin, hash, version, recorded_by, recorded_at FROM plugin_versions WHERE plugin = ?1",
-    )
-    .and_then(|mut s| {
-        s.query_row([plugin], |r| {
-            Ok(PluginVersion {
-                plugin: r.get(0)?,
-                hash: r.get(1)?,
-                version: r.get(2)?,
-                recorded_by: r.get(3)?,
-                recorded_at: unsecs(r.get(4)?),
+    conn.prepare_cached("SELECT plugin, hash, version, recorded_by, recorded_at FROM plugin_versions WHERE plugin = ?1")
+        .and_then(|mut s| {
+            s.query_row([plugin], |r| {
+                Ok(PluginVersion {
+                    plugin: r.get(0)?,
+                    hash: r.get(1)?,
+                    version: r.get(2)?,
+                    recorded_by: r.get(3)?,
+                    recorded_at: unsecs(r.get(4)?),
+                })
             })
+            .optional()
         })
-        .optional()
-    })
-    .map_err(fail(op))
+        .map_err(fail(op))
 }
 
 fn usage(conn: &Connection, op: &'static str, sql: &str, p: impl rusqlite::Params) -> Result<Usage, StoreError> {
@@ -384,11 +383,14 @@ impl SqliteStore {
                 )?;
             }
             Some(Ok(v)) if v == SCHEMA_VERSION => {}
-            Some(Ok(v)) if v >= 1 && v < SCHEMA_VERSION => {
+            Some(Ok(v)) if (1..SCHEMA_VERSION).contains(&v) => {
                 for step in &UPGRADES[v as usize - 1..] {
                     tx.execute_batch(step)?;
                 }
-                tx.execute("UPDATE store_meta SET value = ?1 WHERE key = 'schema_version'", [SCHEMA_VERSION.to_string()])?;
+                tx.execute(
+                    "UPDATE store_meta SET value = ?1 WHERE key = 'schema_version'",
+                    [SCHEMA_VERSION.to_string()],
+                )?;
             }
             Some(Ok(v)) => {
                 return Ok(Err(refuse(

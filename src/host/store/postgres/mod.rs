@@ -54,7 +54,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The schema, one entry per version (`MIGRATIONS[0]` makes version 1).
 /// Version 1: the tables of the SQLite store, in PostgreSQL's types, and the
 /// journal's. Version 2: `plugin_versions`.
-pub const MIGRATIONS: &[&str] = &["
+pub const MIGRATIONS: &[&str] = &[
+    "
 CREATE TABLE vfs_nodes (
     path TEXT COLLATE \"C\" PRIMARY KEY,
     owner TEXT NOT NULL,
@@ -115,7 +116,8 @@ CREATE TABLE journal_entries (
 );
 CREATE INDEX journal_entries_due ON journal_entries (target, dead_at, not_before);
 CREATE INDEX journal_entries_owner ON journal_entries (owner) WHERE owner IS NOT NULL;
-", "
+",
+    "
 -- i16-hash: plugin_versions (each plugin's content hash, the fleet's version)
 CREATE TABLE plugin_versions (
     plugin TEXT PRIMARY KEY,
@@ -124,7 +126,8 @@ CREATE TABLE plugin_versions (
     recorded_by TEXT NOT NULL,
     recorded_at BIGINT NOT NULL
 );
-"];
+",
+];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
