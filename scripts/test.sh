@@ -39,7 +39,15 @@ need lua5.4 "lua plugins" lua lua5.4
 need php-cli "php plugins" php
 # The PostgreSQL store's tests start a throw-away cluster (tests/util/pg.rs):
 # Debian keeps initdb and postgres in /usr/lib/postgresql/<version>/bin, off PATH.
-if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+has_initdb() {
+    command -v initdb >/dev/null 2>&1 && return 0
+    local f
+    for f in /usr/lib/postgresql/*/bin/initdb; do
+        [ -x "$f" ] && return 0
+    done
+    return 1
+}
+if ! has_initdb; then
     missing+=(postgresql)
     why+=("postgresql: the PostgreSQL store's tests run a throw-away cluster (initdb, postgres)")
 fi

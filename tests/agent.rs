@@ -17,7 +17,7 @@ impl Site {
     /// A python one-shot plugin: `hooks` are `(hook, body)`; each body runs
     /// with `req` (the request), `here` (the plugin dir) and `log(line)`
     /// (appends to `<plugin>/log.jsonl`) defined, and prints `reply`.
-    fn python(&self, name: &str, manifest: &str, hooks: &[(&str, &str)]) {
+    pub(crate) fn python(&self, name: &str, manifest: &str, hooks: &[(&str, &str)]) {
         let dir = self.plugin_dir(name);
         let mut toml = format!("name = \"{name}\"\nversion = \"0.1.0\"\n{manifest}\n[hooks]\nruntime = \"python\"\n");
         for (hook, body) in hooks {

@@ -3,6 +3,17 @@
 //! task, a few at once), drops expired ones, runs plugins' `[[schedules]]`
 //! and sends `heartbeat`s.
 //!
+//! Several instances on one store: a due trigger is claimed in the store
+//! (`Triggers::claim_due`, only as many as can fire now) until the claim's
+//! end, fired from the claimed row, and settled (its firing recorded) after
+//! the `trigger_fire` chain; the claim is renewed while the chain runs. A
+//! claim of an instance that died runs out and another instance fires the
+//! trigger: at least once, and exactly once unless an instance dies
+//! between its claim and the settlement. A schedule runs where its lease
+//! (`schedule:<plugin>/<id>` in the store) is held: the holder renews it at
+//! each due time, the others try at theirs and take it over once it ran
+//! out. Heartbeats stay per instance (they are for this instance's workers).
+//!
 //! A schedule never overlaps itself: while one run of `(plugin, id)` is in
 //! flight, its next due time is skipped, not queued. Schedules and
 //! heartbeats are read from the current plugin list at every tick, so a
@@ -18,10 +29,22 @@ use serde_json::{Map, Value};
 
 use super::engine::AgentEngine;
 use crate::host::services::now_secs;
+use crate::host::store::DueStep;
+use crate::host::store::journal::Owner;
+use crate::host::triggers::Claimed;
 use crate::protocol::HookName;
 
 /// How often the clock looks at triggers and schedules.
 pub const TICK: Duration = Duration::from_millis(200);
+
+/// How long a trigger claim lasts unless renewed (renewed every third of it
+/// while its firing runs): how soon another instance fires a trigger whose
+/// claimer died.
+pub const TRIGGER_CLAIM_SECS: u64 = 6;
+
+/// How long a schedule's lease lasts past its period: the holder renews it
+/// at each due time, so it outlives one period by this much.
+pub const SCHEDULE_LEASE_SLACK: Duration = Duration::from_secs(2);
 
 /// The default time between heartbeats (`heartbeat_secs`).
 pub const HEARTBEAT_SECS: f64 = 10.0;
@@ -70,8 +93,15 @@ async fn run(engine: Weak<AgentEngine>, tick: Duration) {
 const FIRING_AT_ONCE: usize = 8;
 
 async fn fire_due_triggers(engine: &Arc<AgentEngine>, firing: &Arc<tokio::sync::Semaphore>) {
+    // Claim only what can fire now: a claim waiting here for a slot would
+    // keep the trigger from instances that have one.
+    let free = firing.available_permits();
+    if free == 0 {
+        return;
+    }
     let now = now_secs();
-    let due = match engine.shared().triggers_off(move |t| t.due(now)).await {
+    let until = now + TRIGGER_CLAIM_SECS;
+    let due = match engine.shared().triggers_off(move |t| t.claim_due(now, until, free)).await {
         Ok(due) => due,
         Err(e) => {
             tracing::warn!("trigger watcher: {e}");
@@ -84,12 +114,47 @@ async fn fire_due_triggers(engine: &Arc<AgentEngine>, firing: &Arc<tokio::sync::
     // Each firing on its own task, so one slow trigger_fire plugin does not
     // hold up the clock (schedules, heartbeats, other triggers); at most
     // FIRING_AT_ONCE run together, the rest wait their turn.
-    for trigger in due.fire {
+    for claimed in due.fire {
         let (engine, firing) = (engine.clone(), firing.clone());
         tokio::spawn(async move {
             let Ok(_permit) = firing.acquire_owned().await else { return };
-            engine.fire(trigger).await;
+            fire_claimed(&engine, claimed).await;
         });
+    }
+}
+
+/// Fires one claimed trigger, renewing the claim while `trigger_fire` runs,
+/// then records the firing (unless the claim was lost: then another
+/// instance fires it too, which is logged).
+async fn fire_claimed(engine: &Arc<AgentEngine>, claimed: Claimed) {
+    let Claimed { id, trigger, step, until } = claimed;
+    let mut token = until;
+    let renew_every = Duration::from_secs(TRIGGER_CLAIM_SECS / 3).max(Duration::from_secs(1));
+    let fire = engine.fire(trigger);
+    tokio::pin!(fire);
+    let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
+    let mut held = true;
+    loop {
+        tokio::select! {
+            _ = &mut fire => break,
+            _ = renew.tick(), if held => {
+                let (at, next) = (id.clone(), now_secs() + TRIGGER_CLAIM_SECS);
+                match engine.shared().triggers_off(move |t| t.settle(&at, token, DueStep::Claim { until: next })).await {
+                    Ok(true) => token = next,
+                    Ok(false) => held = false,
+                    Err(e) => tracing::warn!("trigger `{id}`: its claim cannot be renewed: {e}"),
+                }
+            }
+        }
+    }
+    let at = id.clone();
+    match engine.shared().triggers_off(move |t| t.settle(&at, token, step)).await {
+        Ok(true) => {}
+        Ok(false) => tracing::warn!(
+            "trigger `{id}` fired, but its claim was lost meanwhile (it ran out, or the trigger changed): \
+             it may fire again"
+        ),
+        Err(e) => tracing::warn!("trigger `{id}` fired, but its firing cannot be recorded (it fires again): {e}"),
     }
 }
 
@@ -118,12 +183,33 @@ fn run_due_schedules(engine: &Arc<AgentEngine>, clock: &mut Clock) {
                 continue;
             }
             clock.next.insert(key.clone(), due);
-            if !clock.running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone()) {
-                tracing::debug!(plugin = %plugin.name, "schedule `{id}` still running; this run is skipped");
-                continue;
-            }
             let (engine, plugin, running) = (engine.clone(), plugin.clone(), clock.running.clone());
+            let lease = (hook == HookName::RunSchedule)
+                .then(|| (format!("schedule:{}/{id}", plugin.name), (due - now).saturating_add(SCHEDULE_LEASE_SLACK)));
             tokio::spawn(async move {
+                // Taken (or renewed) before the overlap check: a holder whose
+                // run is still going keeps its schedule.
+                if let Some((name, duration)) = lease {
+                    let store = engine.shared().store().clone();
+                    let holder = Owner::this_process();
+                    let at = name.clone();
+                    let took = crate::host::store::off_runtime("lease_take", move || {
+                        store.lease_take(&at, holder.as_str(), duration)
+                    })
+                    .await;
+                    match took {
+                        Ok(Ok(true)) => {}
+                        Ok(Ok(false)) => return,
+                        Ok(Err(e)) | Err(e) => {
+                            tracing::warn!(plugin = %plugin.name, "schedule `{id}` skipped: its lease `{name}`: {e}");
+                            return;
+                        }
+                    }
+                }
+                if !running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone()) {
+                    tracing::debug!(plugin = %plugin.name, "schedule `{id}` still running; this run is skipped");
+                    return;
+                }
                 let mut fields = Map::new();
                 if hook == HookName::RunSchedule {
                     fields.insert("id".into(), Value::String(id.clone()));

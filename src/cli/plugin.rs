@@ -380,7 +380,7 @@ fn remove(args: RemoveArgs, home: &Home, out: &mut impl Write) -> Outcome {
         writeln!(out, "  removed its virtual environment `{}`", venv.display())?;
     }
     if done.grant {
-        writeln!(out, "  removed its grant from `{}`", home.grants_file().display())?;
+        writeln!(out, "  removed its grant from {}", grants::location(home))?;
     }
     match &done.data {
         Some((dir, true)) => writeln!(out, "  removed its data dir `{}`", dir.display())?,
@@ -436,18 +436,13 @@ fn grant(args: &GrantArgs, home: &Home, out: &mut impl Write) -> Outcome {
             writeln!(out, "The grant of {name} is unchanged: {}", requested.summary())?;
         }
         Some(_) => {
-            writeln!(out, "Updated the grant of {name} in `{}`:", home.grants_file().display())?;
+            writeln!(out, "Updated the grant of {name} in {}:", grants::location(home))?;
             for change in &changes {
                 writeln!(out, "  {change}")?;
             }
         }
         None => {
-            writeln!(
-                out,
-                "Recorded the grant of {name} in `{}`: {}",
-                home.grants_file().display(),
-                requested.summary()
-            )?;
+            writeln!(out, "Recorded the grant of {name} in {}: {}", grants::location(home), requested.summary())?;
         }
     }
     Ok(())

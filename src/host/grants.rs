@@ -1,5 +1,12 @@
 //! Grants (spec section 6): the privileges the operator let each plugin have,
 //! recorded in `<home>/grants.toml` and never read from the plugin's own files.
+//! A home whose state is in a PostgreSQL store (`[store] url`) records them
+//! in the store instead (`plugin_grants`, one JSON object per plugin; the
+//! file is imported once by `host::store::migrate`), so every instance on it
+//! runs a plugin with the same grant, and a grant recorded through one is
+//! announced to the others (the store's change feed). A SQLite home keeps
+//! the file: it is the operator's record to read and review, the docs and
+//! the sandbox's protections name it, and one instance shares it with no one.
 //!
 //! A grant holds `allow_network`, `allow_filesystem`, `readable_paths` and
 //! `writable_paths`, `env` — the host variables a `${VAR}` of the plugin's
@@ -19,7 +26,8 @@
 //! must read them and nothing else.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -149,55 +157,154 @@ fn show_paths(paths: &[PathBuf]) -> String {
     format!("[{}]", quoted.join(", "))
 }
 
+/// Where a home's grants are recorded.
+enum Records {
+    /// `grants.toml`.
+    File(PathBuf),
+    /// The shared store, named by its URL (redacted).
+    Store { store: Arc<dyn crate::host::store::Store>, location: String },
+}
+
+/// Where `home`'s grants are: the store when it names a store URL, else
+/// `grants.toml`. Blocks (opens the store at the first call).
+fn records(home: &Home) -> Result<Records, StoreError> {
+    let failed = |what: String, e: crate::host::store::StoreError| StoreError {
+        path: PathBuf::from(what),
+        action: "failed to open",
+        reason: e.to_string(),
+    };
+    match crate::host::store::store_url(home) {
+        Ok(None) => Ok(Records::File(home.grants_file())),
+        Ok(Some(url)) => {
+            let location = crate::config::redact_url(&url);
+            let store = crate::host::store::open(home).map_err(|e| failed(location.clone(), e))?;
+            Ok(Records::Store { store, location })
+        }
+        Err(e) => Err(failed(home.config_file().display().to_string(), e)),
+    }
+}
+
+/// Where `home`'s grants are recorded, for messages: `` `<home>/grants.toml` ``
+/// or `` the store `postgres://…` ``.
+pub fn location(home: &Home) -> String {
+    match crate::host::store::store_url(home) {
+        Ok(Some(url)) => format!("the store `{}`", crate::config::redact_url(&url)),
+        _ => format!("`{}`", home.grants_file().display()),
+    }
+}
+
+impl Records {
+    fn failed(&self, action: &'static str) -> impl Fn(crate::host::store::StoreError) -> StoreError + '_ {
+        move |e| StoreError {
+            path: match self {
+                Records::File(path) => path.clone(),
+                Records::Store { location, .. } => PathBuf::from(location),
+            },
+            action,
+            reason: e.to_string(),
+        }
+    }
+
+    fn decode(&self, name: &str, value: serde_json::Value) -> Result<Grant, StoreError> {
+        serde_json::from_value(value).map_err(|e| {
+            (self.failed("failed to read"))(crate::host::store::StoreError::new(
+                "host",
+                "grant_get",
+                crate::host::store::StoreErrorKind::Corrupt {
+                    what: format!("the grant of plugin '{name}'"),
+                    reason: e.to_string(),
+                },
+            ))
+        })
+    }
+
+    fn encode(&self, grant: &Grant) -> Result<serde_json::Value, StoreError> {
+        serde_json::to_value(grant).map_err(|e| StoreError {
+            path: PathBuf::new(),
+            action: "failed to write",
+            reason: format!("a grant does not serialise: {e}"),
+        })
+    }
+}
+
 /// The recorded grant of `name`, if any.
 ///
 /// # Errors
-/// `grants.toml` exists but cannot be read.
+/// `grants.toml` exists but cannot be read, or the store failed.
 pub fn get(home: &Home, name: &str) -> Result<Option<Grant>, StoreError> {
-    Ok(store::read::<GrantsFile>(&home.grants_file())?.plugins.remove(name))
+    get_in(&records(home)?, name)
+}
+
+fn get_in(records: &Records, name: &str) -> Result<Option<Grant>, StoreError> {
+    match records {
+        Records::File(path) => Ok(store::read::<GrantsFile>(path)?.plugins.remove(name)),
+        r @ Records::Store { store, .. } => {
+            let value = store.grant_get(name).map_err(r.failed("failed to read"))?;
+            value.map(|v| r.decode(name, v)).transpose()
+        }
+    }
 }
 
 /// Records `grant` for `name`, replacing any earlier one; returns the earlier one.
 ///
 /// # Errors
-/// `grants.toml` cannot be read, locked or written.
+/// `grants.toml` cannot be read, locked or written, or the store failed.
 pub fn set(home: &Home, name: &str, grant: Grant) -> Result<Option<Grant>, StoreError> {
-    store::update(&home.grants_file(), HEADER, |file: &mut GrantsFile| {
-        let before = file.plugins.insert(name.to_owned(), grant.clone());
-        (before.as_ref() != Some(&grant), before)
-    })
+    match &records(home)? {
+        Records::File(path) => store::update(path, HEADER, |file: &mut GrantsFile| {
+            let before = file.plugins.insert(name.to_owned(), grant.clone());
+            (before.as_ref() != Some(&grant), before)
+        }),
+        r @ Records::Store { store, .. } => {
+            let value = r.encode(&grant)?;
+            let before = store.grant_set(name, Some(&value)).map_err(r.failed("failed to write"))?;
+            before.map(|v| r.decode(name, v)).transpose()
+        }
+    }
 }
 
 /// Forgets the grant of `name`; returns whether there was one.
 ///
 /// # Errors
-/// `grants.toml` cannot be read, locked or written.
+/// `grants.toml` cannot be read, locked or written, or the store failed.
 pub fn remove(home: &Home, name: &str) -> Result<bool, StoreError> {
-    store::update(&home.grants_file(), HEADER, |file: &mut GrantsFile| {
-        let had = file.plugins.remove(name).is_some();
-        (had, had)
-    })
+    match &records(home)? {
+        Records::File(path) => store::update(path, HEADER, |file: &mut GrantsFile| {
+            let had = file.plugins.remove(name).is_some();
+            (had, had)
+        }),
+        r @ Records::Store { store, .. } => {
+            Ok(store.grant_set(name, None).map_err(r.failed("failed to write"))?.is_some())
+        }
+    }
 }
 
 /// Records `grant` for `name` unless a grant is already recorded (another
 /// process may have recorded one since the caller looked); returns the grant
 /// in force.
-fn record_first(path: &Path, name: &str, grant: &Grant) -> Result<Grant, StoreError> {
-    store::update(path, HEADER, |file: &mut GrantsFile| match file.plugins.get(name) {
-        Some(existing) => (false, existing.clone()),
-        None => {
-            file.plugins.insert(name.to_owned(), grant.clone());
-            (true, grant.clone())
+fn record_first(records: &Records, name: &str, grant: &Grant) -> Result<Grant, StoreError> {
+    match records {
+        Records::File(path) => store::update(path, HEADER, |file: &mut GrantsFile| match file.plugins.get(name) {
+            Some(existing) => (false, existing.clone()),
+            None => {
+                file.plugins.insert(name.to_owned(), grant.clone());
+                (true, grant.clone())
+            }
+        }),
+        Records::Store { store, .. } => {
+            let value = records.encode(grant)?;
+            let in_force = store.grant_first(name, &value).map_err(records.failed("failed to write"))?;
+            records.decode(name, in_force)
         }
-    })
+    }
 }
 
 /// Whether `${var}` in plugin `name`'s `[env]` may read the host's `var`:
 /// config.toml's `allowed_env_vars` (every plugin) or the plugin's recorded
 /// grant (`ctxhost plugin grant <name> --env VAR`). Read from `grants.toml`
-/// at every load, the file [`enforce`] reads, never from the plugin's own
-/// files. Failing closed: an unreadable `grants.toml` allows nothing beyond
-/// `allowed_env_vars`.
+/// (or the store) at every load, the record [`enforce`] reads, never from
+/// the plugin's own files. Failing closed: an unreadable record allows
+/// nothing beyond `allowed_env_vars`.
 pub fn env_allowed(home: &Home, allowed_env_vars: &[String], name: &str, var: &str) -> bool {
     allowed_env_vars.iter().any(|v| v == var)
         || get(home, name).ok().flatten().is_some_and(|g| g.env.iter().any(|v| v == var))
@@ -207,16 +314,15 @@ pub fn env_allowed(home: &Home, allowed_env_vars: &[String], name: &str, var: &s
 /// first load records what they ask for; a later load narrows them to the
 /// recorded grant. Returns the warnings to show.
 ///
-/// Failing closed: when `grants.toml` exists but cannot be read, the plugin
-/// gets no privileges at all (and a warning naming the file). When the first
-/// record cannot be written, the plugin runs with what it asks for, as it
-/// would have been recorded, and a warning says so.
+/// Failing closed: when `grants.toml` (or the store) exists but cannot be
+/// read, the plugin gets no privileges at all (and a warning naming it).
+/// When the first record cannot be written, the plugin runs with what it
+/// asks for, as it would have been recorded, and a warning says so.
 pub fn enforce(home: &Home, name: &str, settings: &mut ExecSettings) -> Vec<String> {
     let requested = Grant::requested(settings);
-    let path = home.grants_file();
-    let recorded = match get(home, name) {
-        Ok(Some(grant)) => grant,
-        Ok(None) => match record_first(&path, name, &requested) {
+    let recorded = match records(home).and_then(|r| get_in(&r, name).map(|g| (r, g))) {
+        Ok((_, Some(grant))) => grant,
+        Ok((records, None)) => match record_first(&records, name, &requested) {
             Ok(grant) => grant,
             Err(e) => return vec![format!("could not record the grant of plugin '{name}': {e}")],
         },
@@ -231,10 +337,10 @@ pub fn enforce(home: &Home, name: &str, settings: &mut ExecSettings) -> Vec<Stri
         return Vec::new();
     }
     vec![format!(
-        "plugin '{name}' asks for more than it was granted ({}); it runs with the grant recorded in `{}`. \
+        "plugin '{name}' asks for more than it was granted ({}); it runs with the grant recorded in {}. \
          If the change is yours, record it with `ctxhost plugin grant {name}`",
         exceeded.join(", "),
-        path.display()
+        location(home)
     )]
 }
 

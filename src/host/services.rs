@@ -349,6 +349,39 @@ impl PluginServices {
         .await?
     }
 
+    /// Takes values another instance stored (announced by the store's change
+    /// feed) into this view, rewrites the view file and fires
+    /// `config_changed` for each, as a set through this instance would: `old`
+    /// is this view's value before, so changes applied in the feed's order
+    /// report what the setting instance reported. Nothing is stored.
+    ///
+    /// # Errors
+    /// The view file could not be rewritten (the values are taken).
+    pub async fn config_set_elsewhere(&self, values: &Map<String, Value>) -> Result<(), ServiceError> {
+        let (config, gate, view) = (self.config.clone(), self.config_writes.clone(), self.view.clone());
+        let (shared, name, values) = (self.shared.clone(), self.name.clone(), values.clone());
+        off_runtime("config_feed", move || {
+            let _writes = lock(&gate);
+            let (changes, all) = {
+                let mut config = lock(&config);
+                let changes: Vec<Change> = values
+                    .into_iter()
+                    .map(|(key, new)| Change { old: config.get(&key, Value::Null), key, new })
+                    .collect();
+                config.apply(&changes);
+                (changes, config.values())
+            };
+            let written = view.write(&all);
+            if let Some(host) = shared.host() {
+                for change in changes {
+                    host.config_changed(&name, change);
+                }
+            }
+            written
+        })
+        .await?
+    }
+
     /// Replaces the schema (`config.register`) and rewrites the view file.
     async fn register_config(&self, fields: Vec<Field>) -> Result<Value, ServiceError> {
         let (config, gate, view) = (self.config.clone(), self.config_writes.clone(), self.view.clone());

@@ -91,6 +91,29 @@ pub struct Due {
     pub expired: Vec<String>,
 }
 
+/// A trigger claimed for one firing ([`Triggers::claim_due`]): the claimer
+/// fires it, then [`Triggers::settle`]s the claim; a claimer that dies
+/// leaves the trigger due again when the claim runs out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claimed {
+    pub id: String,
+    /// The trigger, as stored when claimed.
+    pub trigger: Map<String, Value>,
+    /// What the firing does to the trigger once done (`FireOnce`, `Fire`).
+    pub step: DueStep,
+    /// The claim's token: the wake time the claim set (its end).
+    pub until: u64,
+}
+
+/// What [`Triggers::claim_due`] found.
+#[derive(Debug, Default, PartialEq)]
+pub struct ClaimedDue {
+    /// To fire, highest `priority` first.
+    pub fire: Vec<Claimed>,
+    /// Removed because their `lifespan` ran out (never fired for that).
+    pub expired: Vec<String>,
+}
+
 /// The triggers, kept in the state store. Every method blocks (a store
 /// call): on the async runtime, call it through `host::store::off_runtime`.
 #[derive(Clone)]
@@ -301,11 +324,58 @@ impl Triggers {
             match step {
                 DueStep::Expire => due.expired.push(record.id),
                 DueStep::FireOnce | DueStep::Fire { .. } => due.fire.push(record.trigger),
-                DueStep::Wait { .. } => {}
+                DueStep::Wait { .. } | DueStep::Claim { .. } => {}
             }
         }
         by_priority(&mut due.fire);
         Ok(due)
+    }
+
+    /// At `now`: removes expired triggers and claims at most `limit` of the
+    /// due ones until `until` (unix seconds, later than `now`), highest
+    /// priority first among those claimed. A claimed trigger is not due
+    /// again (for any instance on the store) before `until`; its firing is
+    /// recorded only by [`Triggers::settle`], so one whose claimer dies
+    /// fires again after `until` — at least once, never lost.
+    ///
+    /// # Errors
+    /// The store failed (then nothing was claimed).
+    pub fn claim_due(&self, now: u64, until: u64, limit: usize) -> Result<ClaimedDue, TriggerError> {
+        let mut claimed = 0;
+        let taken = self.store.triggers_take_due(now, &mut |r| match step(r, now) {
+            DueStep::FireOnce | DueStep::Fire { .. } if claimed < limit => {
+                claimed += 1;
+                DueStep::Claim { until }
+            }
+            // Left due for the next tick (or another instance).
+            DueStep::FireOnce | DueStep::Fire { .. } => DueStep::Wait { wake: r.wake },
+            other => other,
+        })?;
+        let mut due = ClaimedDue::default();
+        for (record, s) in taken {
+            match s {
+                DueStep::Expire => due.expired.push(record.id),
+                DueStep::Claim { until } => {
+                    let step = step(&record, now);
+                    due.fire.push(Claimed { id: record.id, trigger: record.trigger, step, until });
+                }
+                _ => {}
+            }
+        }
+        due.fire.sort_by(|a, b| {
+            num(&b.trigger, "priority").unwrap_or(0.0).total_cmp(&num(&a.trigger, "priority").unwrap_or(0.0))
+        });
+        Ok(due)
+    }
+
+    /// Settles claim `claimed` of trigger `id` with `step` (the firing's
+    /// [`Claimed::step`], or a `Claim` to renew it); `false` when the claim
+    /// was lost meanwhile (nothing changed).
+    ///
+    /// # Errors
+    /// The store failed.
+    pub fn settle(&self, id: &str, claimed: u64, step: DueStep) -> Result<bool, TriggerError> {
+        Ok(self.store.trigger_settle(id, claimed, step)?)
     }
 
     /// The event triggers listening for `name`, highest priority first.
@@ -439,5 +509,42 @@ mod tests {
         // A patch moves the next firing.
         t.update("every", &obj(json!({"interval_seconds": 1})), By::Host).unwrap();
         assert_eq!(ids(&t.due(151).unwrap().fire), ["every"]);
+    }
+
+    #[test]
+    fn a_claimed_trigger_waits_for_its_settlement_and_comes_back_when_the_claim_runs_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Triggers::new(store(&dir));
+        t.create(obj(json!({"id": "once", "type": "datetime", "target": 110})), 100, By::Host).unwrap();
+        t.create(obj(json!({"id": "every", "type": "interval", "interval_seconds": 10})), 100, By::Host).unwrap();
+        t.create(obj(json!({"id": "third", "type": "datetime", "target": 110, "priority": 3})), 100, By::Host).unwrap();
+
+        let d = t.claim_due(110, 140, 2).unwrap();
+        assert_eq!(d.fire.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["every", "once"], "two at most");
+        assert_eq!(d.fire[1].step, DueStep::FireOnce);
+        assert_eq!(d.fire[0].step, DueStep::Fire { fired: 110, wake: Some(120) });
+        assert_eq!(t.claim_due(111, 141, 10).unwrap().fire.iter().map(|c| c.id.clone()).collect::<Vec<_>>(), ["third"]);
+        assert!(t.claim_due(139, 169, 10).unwrap().fire.is_empty(), "claimed: not due again before the claim's end");
+        assert!(t.get("once").unwrap().is_some(), "not gone before it fired");
+
+        // Settled: `once` is gone, `every` fires again at 120 (not while claimed).
+        assert!(t.settle("once", 140, DueStep::FireOnce).unwrap());
+        assert!(t.get("once").unwrap().is_none());
+        assert!(t.settle("every", 140, DueStep::Claim { until: 150 }).unwrap(), "renewed");
+        assert!(!t.settle("every", 140, d.fire[0].step).unwrap(), "the old token lost its claim");
+        assert!(t.settle("every", 150, d.fire[0].step).unwrap());
+        assert_eq!(
+            ids(&t.claim_due(120, 150, 10).unwrap().fire.into_iter().map(|c| c.trigger).collect::<Vec<_>>()),
+            ["every"]
+        );
+
+        // `third`'s claimer died: due again at 141, claimed anew, and the
+        // dead claim's settlement changes nothing.
+        let again = t.claim_due(141, 171, 10).unwrap();
+        assert_eq!(again.fire.iter().map(|c| (c.id.as_str(), c.until)).collect::<Vec<_>>(), [("third", 171)]);
+        assert!(!t.settle("third", 141, DueStep::FireOnce).unwrap());
+        assert!(t.get("third").unwrap().is_some());
+        assert!(t.settle("third", 171, DueStep::FireOnce).unwrap());
+        assert!(t.get("third").unwrap().is_none());
     }
 }

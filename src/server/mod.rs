@@ -34,6 +34,7 @@ mod auth;
 mod body;
 mod conn;
 mod faust_admin;
+mod feed;
 mod limits;
 mod plugins;
 mod prometheus;
@@ -110,6 +111,9 @@ pub(crate) struct AppState {
     reload_lock: tokio::sync::Mutex<()>,
     /// Body sizes, the shared body budget, the request timeout (`[server]`).
     limits: limits::RequestLimits,
+    /// The store's change feed (PostgreSQL): what this instance tells the
+    /// others beyond what its store writes announce (a reload).
+    feed: Option<Arc<dyn crate::host::store::feed::Feed>>,
 }
 
 impl AppState {
@@ -172,6 +176,8 @@ pub struct Routes {
     state: Arc<AppState>,
     /// Trigger watcher, schedules and heartbeats of the agent loop.
     timers: crate::agent::timers::Timers,
+    /// Applies what other instances on the store changed (PostgreSQL).
+    follower: Option<feed::Follower>,
 }
 
 impl Routes {
@@ -187,8 +193,13 @@ impl Routes {
     pub async fn load(home: Home, config: HostConfig, token: Option<String>) -> Result<Routes, ServeError> {
         // Every plugin loaded once (and pip run, when the operator asked) on
         // the blocking pool; the stack and the agent loop share the loads.
+        // The change feed's last id is read before anything is loaded, so a
+        // change committed while loading is applied after.
         let (loader_home, loader_config) = (home.clone(), config.clone());
-        let (catalog, mut engine, agent, warnings) = tokio::task::spawn_blocking(move || {
+        let (feed, catalog, mut engine, agent, warnings) = tokio::task::spawn_blocking(move || {
+            let feed = crate::host::store::open_feed(&loader_home)
+                .and_then(|f| f.map(|f| f.head().map(|seen| (f, seen))).transpose())
+                .map_err(|e| ServeError::Agent(crate::host::services::ServiceError::service(e.to_string())))?;
             let cx = LoadContext { home: &loader_home, config: &loader_config, host_env: &LoadContext::process_env };
             let catalog = Catalog::load(&cx, &Options::start(&loader_config));
             let mut warnings = catalog.warnings();
@@ -197,7 +208,7 @@ impl Routes {
             let (agent, w) =
                 crate::app::agent_loop::build(&catalog, &cx, engine.metrics().clone()).map_err(ServeError::Agent)?;
             warnings.extend(w);
-            Ok::<_, ServeError>((catalog, engine, agent, warnings))
+            Ok::<_, ServeError>((feed, catalog, engine, agent, warnings))
         })
         .await
         .map_err(|e| ServeError::Io(std::io::Error::other(format!("loading the plugins failed: {e}"))))??;
@@ -238,8 +249,10 @@ impl Routes {
             agent,
             token,
             reload_lock: tokio::sync::Mutex::new(()),
+            feed: feed.as_ref().map(|(f, _)| f.clone()),
         });
-        Ok(Routes { state, timers })
+        let follower = feed.map(|(f, seen)| feed::follow(&state, f, seen));
+        Ok(Routes { state, timers, follower })
     }
 
     /// Every route of the daemon, over these engines.
@@ -251,6 +264,7 @@ impl Routes {
     /// for the next start), waits (bounded) for the `after_turn` calls under
     /// way, stops the timers, then the plugins' persistent workers.
     pub async fn stop(self) {
+        drop(self.follower);
         self.state.engine.close_journal();
         if tokio::time::timeout(SETTLE_TIMEOUT, self.state.engine.settle()).await.is_err() {
             tracing::warn!(

@@ -67,13 +67,25 @@ impl ReloadError {
 /// out of the stack and the agent loop instead (its stack slot stays for a
 /// later reload).
 pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded, ReloadError> {
+    reload_with(state, name, catalog::fleet::Rule::Record).await
+}
+
+/// [`reload`], with what it does to the store's record of the plugin's
+/// version: the reload route's is the operator's ([`catalog::fleet::Rule::Adopt`]:
+/// these files become the version every instance runs); a reload another
+/// instance asked for (the change feed), `--watch` and enable only compare.
+pub(crate) async fn reload_with(
+    state: &Arc<AppState>,
+    name: &str,
+    versions: catalog::fleet::Rule,
+) -> Result<Reloaded, ReloadError> {
     plugin_dir(state, name)?;
     let _one_at_a_time = state.reload_lock.lock().await;
     let loader = state.clone();
     let plugin_name = name.to_owned();
     let entry = tokio::task::spawn_blocking(move || {
         let cx = loader.load_context();
-        catalog::load_one(&plugin_name, &cx, &Options::start(&loader.config))
+        catalog::load_one(&plugin_name, &cx, &Options { versions, ..Options::start(&loader.config) })
     })
     .await
     .map_err(|e| ReloadError::Task(e.to_string()))?;
@@ -149,6 +161,21 @@ pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded
         tracing::info!(plugin = %name, "reloaded; new calls use the new version");
     }
     Ok(report)
+}
+
+/// Tells the other instances on the store (its change feed, if it has one)
+/// that the operator reloaded `name` here: each reloads it from its own
+/// files. A failure is logged; the reload here stands.
+pub(crate) async fn announce(state: &Arc<AppState>, name: &str) {
+    let Some(feed) = state.feed.clone() else { return };
+    let plugin = name.to_owned();
+    let noted = crate::host::store::off_runtime("feed_note", move || {
+        feed.note(crate::host::store::feed::ChangeKind::Reload, &plugin, &serde_json::json!({}))
+    })
+    .await;
+    if let Err(e) = noted.and_then(|r| r) {
+        tracing::warn!(plugin = %name, "reloaded here, but the other instances were not told: {e}");
+    }
 }
 
 /// `<plugins dir>/<name>` when `name` is a valid plugin name with a directory.

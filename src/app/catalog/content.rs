@@ -7,11 +7,14 @@
 //! plugin (`runtime = "wasm"`) runs only what its manifest names, so its
 //! hash covers the manifest, the `component` file and each hook's module —
 //! not the sources or build tree beside them. Every other kind (scripts,
-//! workers, FaustBot) may import any file of its directory, so its hash
-//! covers every regular file below the directory, except names starting
-//! with `.` (`.git`, editors' swap files, install staging) and
-//! `__pycache__` directories (python's own caches). A `frontend/` is part
-//! of that tree like any other file. A symbolic link counts as its target's
+//! workers, FaustBot) may import any code file of its directory, so its
+//! hash covers the code below the directory: the manifest, the hook paths
+//! `[hooks]` names, every executable file, and every file with a code
+//! extension ([`CODE`]: `.py`, `.js`, `.sh`, `.wasm`, …) — not data a
+//! plugin may write beside its code (`log.jsonl`, a cache, a database),
+//! which would otherwise make each instance's version its own. Names
+//! starting with `.` (`.git`, editors' swap files, install staging) and
+//! `__pycache__` directories are left out. A symbolic link counts as its target's
 //! text (never followed); its executable bit counts with each file (it
 //! decides how a script starts); modification times and the order a
 //! directory lists its entries do not.
@@ -38,6 +41,13 @@ use crate::manifest::beneath::{BeneathError, EntryKind, Root};
 pub const MAX_BYTES: u64 = 256 * 1024 * 1024;
 /// Files hashed per plugin at most.
 pub const MAX_FILES: usize = 20_000;
+/// The extensions of code files: what a script plugin's hooks may run or
+/// import (its data files are not its version).
+pub const CODE: &[&str] = &[
+    "py", "js", "mjs", "cjs", "ts", "mts", "cts", "sh", "bash", "rb", "lua", "php", "go", "v", "pl", "pm", "tcl",
+    "wasm", "so", "jar", "class", "r", "jl", "ex", "exs", "rs", "c", "h", "cc", "cpp",
+];
+
 /// Directories deep at most.
 const MAX_DEPTH: usize = 32;
 
@@ -69,7 +79,7 @@ pub fn content_hash(dir: &Path) -> Result<String, ContentError> {
     let root = Root::open(dir)?;
     let files = match wasm_files(&root)? {
         Some(named) => named,
-        None => tree(&root)?,
+        None => tree(&root, &named_by_manifest(&root))?,
     };
     let mut hasher = Sha256::new();
     let mut total = 0u64;
@@ -141,6 +151,33 @@ fn wasm_files(root: &Root) -> Result<Option<BTreeMap<PathBuf, Item>>, ContentErr
     Ok(Some(files))
 }
 
+/// The manifest files and the hook paths plugin.toml's `[hooks]` names
+/// (read leniently: what does not parse names nothing more).
+fn named_by_manifest(root: &Root) -> std::collections::BTreeSet<PathBuf> {
+    let mut named: std::collections::BTreeSet<PathBuf> =
+        [MANIFEST_FILE, crate::faust::PLUGIN_JSON].iter().map(PathBuf::from).collect();
+    let table = root
+        .read_to_string(Path::new(MANIFEST_FILE), crate::manifest::beneath::MANIFEST_LIMIT)
+        .ok()
+        .and_then(|t| toml::from_str::<toml::Table>(&t).ok());
+    let hook_names: Vec<&str> = crate::protocol::HookName::ALL.iter().map(|h| h.as_str()).collect();
+    if let Some(hooks) = table.as_ref().and_then(|t| t.get("hooks")).and_then(toml::Value::as_table) {
+        for (key, value) in hooks {
+            if let (true, Some(rel)) = (hook_names.contains(&key.as_str()), value.as_str().and_then(normal)) {
+                named.insert(rel);
+            }
+        }
+    }
+    named
+}
+
+/// Whether `rel` is code (see [`CODE`]).
+fn is_code(rel: &Path, executable: bool, named: &std::collections::BTreeSet<PathBuf>) -> bool {
+    executable
+        || named.contains(rel)
+        || rel.extension().and_then(|e| e.to_str()).is_some_and(|e| CODE.iter().any(|c| c.eq_ignore_ascii_case(e)))
+}
+
 /// `rel` without `.` components; `None` when it is absolute or has `..`.
 fn normal(rel: &str) -> Option<PathBuf> {
     let mut out = PathBuf::new();
@@ -156,7 +193,7 @@ fn normal(rel: &str) -> Option<PathBuf> {
 
 /// Every file below `root` (see the module doc for what is left out), by
 /// relative path.
-fn tree(root: &Root) -> Result<BTreeMap<PathBuf, Item>, ContentError> {
+fn tree(root: &Root, named: &std::collections::BTreeSet<PathBuf>) -> Result<BTreeMap<PathBuf, Item>, ContentError> {
     let mut files = BTreeMap::new();
     let mut pending: Vec<(PathBuf, usize)> = vec![(PathBuf::new(), 0)];
     while let Some((rel_dir, depth)) = pending.pop() {
@@ -169,10 +206,14 @@ fn tree(root: &Root) -> Result<BTreeMap<PathBuf, Item>, ContentError> {
             let rel = rel_dir.join(&name);
             match kind {
                 EntryKind::File { executable } => {
-                    files.insert(rel, Item::File { executable });
+                    if is_code(&rel, executable, named) {
+                        files.insert(rel, Item::File { executable });
+                    }
                 }
                 EntryKind::Symlink => {
-                    files.insert(rel, Item::Link);
+                    if is_code(&rel, false, named) {
+                        files.insert(rel, Item::Link);
+                    }
                 }
                 EntryKind::Dir if depth + 1 < MAX_DEPTH => pending.push((rel, depth + 1)),
                 EntryKind::Dir => {
@@ -182,6 +223,7 @@ fn tree(root: &Root) -> Result<BTreeMap<PathBuf, Item>, ContentError> {
                         limit: MAX_DEPTH as u64,
                     });
                 }
+                EntryKind::Other if !is_code(&rel, false, named) => {}
                 EntryKind::Other => {
                     return Err(BeneathError {
                         path: root.path().join(rel),
@@ -249,6 +291,17 @@ mod tests {
     }
 
     #[test]
+    fn a_hook_path_without_a_code_extension_counts() {
+        let a = plugin(&[
+            ("plugin.toml", "name = \"p\"\n[hooks]\nruntime = \"bash\"\ningest = \"./hooks/ingest\"\n"),
+            ("hooks/ingest", "echo one\n"),
+        ]);
+        let h = content_hash(a.path()).unwrap();
+        std::fs::write(a.path().join("hooks/ingest"), "echo two\n").unwrap();
+        assert_ne!(h, content_hash(a.path()).unwrap());
+    }
+
+    #[test]
     fn order_times_caches_and_hidden_files_do_not_count() {
         let a = plugin(SCRIPT);
         // The same files written in another order, at other times.
@@ -260,6 +313,9 @@ mod tests {
         std::fs::create_dir_all(b.path().join("hooks/__pycache__")).unwrap();
         std::fs::write(b.path().join("hooks/__pycache__/x.pyc"), "cache").unwrap();
         std::fs::write(b.path().join(".ingest.sh.swp"), "editor").unwrap();
+        // Data a plugin writes beside its code is not its version.
+        std::fs::write(b.path().join("log.jsonl"), "{\"called\":1}\n").unwrap();
+        std::fs::write(b.path().join("hooks/state.json"), "{}").unwrap();
         std::fs::create_dir_all(b.path().join(".git")).unwrap();
         std::fs::write(b.path().join(".git/HEAD"), "ref").unwrap();
         assert_eq!(content_hash(a.path()).unwrap(), content_hash(b.path()).unwrap());
@@ -270,12 +326,12 @@ mod tests {
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("secret"), "one").unwrap();
         let a = plugin(SCRIPT);
-        symlink(outside.path().join("secret"), a.path().join("hooks/link")).unwrap();
+        symlink(outside.path().join("secret"), a.path().join("hooks/link.sh")).unwrap();
         let h = content_hash(a.path()).unwrap();
         std::fs::write(outside.path().join("secret"), "two").unwrap();
         assert_eq!(h, content_hash(a.path()).unwrap(), "the file outside is not read");
-        std::fs::remove_file(a.path().join("hooks/link")).unwrap();
-        symlink("ingest.sh", a.path().join("hooks/link")).unwrap();
+        std::fs::remove_file(a.path().join("hooks/link.sh")).unwrap();
+        symlink("ingest.sh", a.path().join("hooks/link.sh")).unwrap();
         assert_ne!(h, content_hash(a.path()).unwrap(), "another target is another version");
     }
 
@@ -299,12 +355,16 @@ mod tests {
     }
 
     #[test]
-    fn a_fifo_in_the_tree_is_refused_not_read() {
+    fn a_fifo_among_the_code_is_refused_not_read() {
         let a = plugin(SCRIPT);
-        let fifo = std::ffi::CString::new(a.path().join("hooks/pipe").as_os_str().as_bytes()).unwrap();
+        let data = std::ffi::CString::new(a.path().join("hooks/data").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(data.as_ptr(), 0o600) }, 0);
+        content_hash(a.path()).unwrap();
+        let fifo = std::ffi::CString::new(a.path().join("hooks/pipe.py").as_os_str().as_bytes()).unwrap();
         // SAFETY: a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
         let e = content_hash(a.path()).unwrap_err();
-        assert!(e.to_string().contains("hooks/pipe"), "{e}");
+        assert!(e.to_string().contains("hooks/pipe.py"), "{e}");
     }
 }

@@ -7,10 +7,11 @@
 //! hash; an instance whose files hash otherwise does not run that plugin
 //! (its status is `error`, naming both hashes and what to do), so no call
 //! of it is served by a version the others do not run. Only a deliberate
-//! operator action changes the fleet's version: `ctxhost plugin install`
-//! and `ctxhost plugin adopt` record this home's files as it ([`Rule::Adopt`]);
-//! starts and reloads only compare ([`Rule::Record`]), reports only read
-//! ([`Rule::Look`]).
+//! operator action changes the fleet's version: `ctxhost plugin install`,
+//! `ctxhost plugin adopt` and `POST /api/plugins/{name}/reload` record this
+//! home's files as it ([`Rule::Adopt`]); starts and the other reloads (the
+//! change feed's, `--watch`, enable) only compare ([`Rule::Record`]),
+//! reports only read ([`Rule::Look`]).
 //!
 //! On the embedded SQLite store (one home, one set of files) there is no
 //! one to disagree with: the record follows every start, reload and install,
@@ -120,7 +121,7 @@ fn mismatch(name: &str, hash: &str, version: &str, fleet: &PluginVersion) -> Str
         "its files here ({hash}, version {version}) differ from the version the instances on this store run \
          ({fleet_hash}, version {fleet_version}, recorded by {by}); it does not run here rather than mix versions. \
          Make its files the same as the other instances', or make these the version every instance runs: \
-         `ctxhost plugin adopt {name}` (then reload it on each instance: `POST /api/plugins/{name}/reload`)",
+         `POST /api/plugins/{name}/reload` on this instance, or `ctxhost plugin adopt {name}`",
         fleet_hash = fleet.hash,
         fleet_version = fleet.version,
         by = fleet.recorded_by,

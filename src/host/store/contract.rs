@@ -194,6 +194,55 @@ pub fn concurrent_writers(s: Arc<dyn Store>, other: Arc<dyn Store>) {
     assert_eq!(other.storage_usage("p").unwrap().entries, 200);
 }
 
+/// Grants: the first record stays, a set replaces and says what it
+/// replaced, `None` forgets; the JSON comes back as written.
+pub fn grants(s: &dyn Store) {
+    assert_eq!(s.grant_get("p").unwrap(), None);
+    let first = json!({"allow_network": false, "readable_paths": ["/b", "/a"], "allow_filesystem": false});
+    assert_eq!(s.grant_first("p", &first).unwrap(), first);
+    let wider = json!({"allow_network": true, "env": ["KEY"]});
+    assert_eq!(s.grant_first("p", &wider).unwrap(), first, "a grant recorded first stays");
+    assert_eq!(s.grant_get("p").unwrap().unwrap().to_string(), first.to_string(), "key order kept");
+    assert_eq!(s.grant_set("p", Some(&wider)).unwrap(), Some(first));
+    assert_eq!(s.grant_set("p", Some(&wider)).unwrap(), Some(wider.clone()), "unchanged");
+    assert_eq!(s.grant_get("p").unwrap(), Some(wider.clone()));
+    assert_eq!(s.grant_get("q").unwrap(), None, "one plugin's grant is its own");
+    assert_eq!(s.grant_set("p", None).unwrap(), Some(wider));
+    assert_eq!(s.grant_get("p").unwrap(), None);
+    assert_eq!(s.grant_set("p", None).unwrap(), None);
+}
+
+/// Trigger claims settle only while held; named leases go to one holder
+/// until they run out.
+pub fn claims_and_leases(s: &dyn Store) {
+    s.trigger_put(&trigger("c1", None, Some(10)), Actor::Host).unwrap();
+    let claimed = s.triggers_take_due(10, &mut |_| DueStep::Claim { until: 40 }).unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(s.trigger_get("c1").unwrap().unwrap().wake, Some(40), "claimed until 40");
+    assert!(s.triggers_take_due(39, &mut |_| panic!("claimed: not due")).unwrap().is_empty());
+    assert!(!s.trigger_settle("c1", 39, DueStep::FireOnce).unwrap(), "another claim's token");
+    assert!(s.trigger_settle("c1", 40, DueStep::Claim { until: 50 }).unwrap(), "renewed");
+    assert!(s.trigger_settle("c1", 50, DueStep::Fire { fired: 12, wake: Some(60) }).unwrap());
+    let r = s.trigger_get("c1").unwrap().unwrap();
+    assert_eq!((r.fired, r.wake), (Some(12), Some(60)));
+    assert!(!s.trigger_settle("c1", 50, DueStep::FireOnce).unwrap(), "settled once");
+    assert!(s.trigger_settle("c1", 60, DueStep::FireOnce).unwrap());
+    assert!(s.trigger_get("c1").unwrap().is_none());
+
+    let long = std::time::Duration::from_secs(60);
+    assert!(s.lease_take("schedule:p/a", "one", long).unwrap());
+    assert!(s.lease_take("schedule:p/a", "one", long).unwrap(), "the holder renews");
+    assert!(!s.lease_take("schedule:p/a", "two", long).unwrap(), "held by another");
+    assert!(s.lease_take("schedule:p/b", "two", long).unwrap(), "another name");
+    assert!(!s.lease_drop("schedule:p/a", "two").unwrap());
+    assert!(s.lease_drop("schedule:p/a", "one").unwrap());
+    assert!(s.lease_take("schedule:p/a", "two", std::time::Duration::from_millis(200)).unwrap(), "free again");
+    assert!(!s.lease_take("schedule:p/a", "one", long).unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(s.lease_take("schedule:p/a", "one", long).unwrap(), "ran out: taken over");
+    assert!(!s.lease_take("schedule:p/a", "two", long).unwrap());
+}
+
 fn version(plugin: &str, hash: &str, by: &str) -> super::PluginVersion {
     super::PluginVersion {
         plugin: plugin.into(),

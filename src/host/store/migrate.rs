@@ -1,7 +1,8 @@
 //! The state files of the JSON-file layout, imported into a [`Store`] at its
 //! first open: `<home>/agent/vfs.json`, `<home>/agent/triggers.json`,
 //! `<home>/agent/plugins/<name>/agent_config.json` and `agent_storage.json`,
-//! `<home>/plugins-state.toml`.
+//! `<home>/plugins-state.toml`; into a PostgreSQL store also `<home>/grants.toml`
+//! (a SQLite home keeps its grants in that file, `host::grants`).
 //!
 //! All the files found are read first. A shared one (vfs, triggers, plugins
 //! state) that cannot be read or parsed fails the open, naming it and the
@@ -30,6 +31,7 @@ enum Kind {
     Config(String),
     Storage(String),
     PluginsState,
+    Grants,
 }
 
 /// One old state file found in the home.
@@ -70,8 +72,8 @@ fn plugin_files(home: &Home, plugin: &str) -> Vec<Legacy> {
     .collect()
 }
 
-/// The old files present in `home`.
-fn find(home: &Home) -> Result<Vec<Legacy>, StoreError> {
+/// The old files present in `home` (with `grants`, `grants.toml` too).
+fn find(home: &Home, grants: bool) -> Result<Vec<Legacy>, StoreError> {
     let agent = home.agent_dir();
     let mut found = Vec::new();
     let mut add = |file: PathBuf, kind: Kind| {
@@ -82,6 +84,9 @@ fn find(home: &Home) -> Result<Vec<Legacy>, StoreError> {
     add(agent.join("vfs.json"), Kind::Vfs);
     add(agent.join("triggers.json"), Kind::Triggers);
     add(home.state_file(), Kind::PluginsState);
+    if grants {
+        add(home.grants_file(), Kind::Grants);
+    }
     let plugins = agent.join("plugins");
     let entries = match std::fs::read_dir(&plugins) {
         Ok(entries) => entries,
@@ -105,7 +110,7 @@ fn find(home: &Home) -> Result<Vec<Legacy>, StoreError> {
 
 /// Whether `home` holds any old state file.
 pub fn has_legacy_files(home: &Home) -> bool {
-    find(home).is_ok_and(|f| !f.is_empty())
+    find(home, false).is_ok_and(|f| !f.is_empty())
 }
 
 /// A trigger as `triggers.json` kept it.
@@ -132,6 +137,13 @@ struct OldState {
     disabled: BTreeSet<String>,
     #[serde(default)]
     enabled: BTreeSet<String>,
+}
+
+/// `grants.toml`: a table per plugin (its keys are `host::grants`'s).
+#[derive(Default, Deserialize)]
+struct OldGrants {
+    #[serde(default)]
+    plugins: BTreeMap<String, toml::Value>,
 }
 
 fn json<T: serde::de::DeserializeOwned>(file: &Path, text: &str, what: &str) -> Result<T, StoreError> {
@@ -183,6 +195,17 @@ fn read(home: &Home, legacy: &Legacy) -> Result<ImportFile, StoreError> {
             // A name in both lists is disabled (as the file was read).
             rows.choices = state.enabled.into_iter().map(|n| (n, true)).collect();
             rows.choices.extend(state.disabled.into_iter().map(|n| (n, false)));
+        }
+        Kind::Grants => {
+            // Kept as `host::grants` reads them back: one JSON object per plugin.
+            let file_rows: OldGrants = toml::from_str(&text).map_err(|e| legacy_error(file, e))?;
+            for (plugin, grant) in file_rows.plugins {
+                let grant = serde_json::to_value(&grant).map_err(|e| legacy_error(file, format!("`{plugin}`: {e}")))?;
+                if !grant.is_object() {
+                    return Err(legacy_error(file, format!("`plugins.{plugin}` is not a table")));
+                }
+                rows.grants.push((plugin, grant));
+            }
         }
     }
     Ok(rows)
@@ -264,7 +287,8 @@ fn import(
 /// A shared old file cannot be read or parsed (named; nothing is imported
 /// or renamed), or the import failed.
 pub fn run(home: &Home, store: &dyn Store) -> Result<Vec<PathBuf>, StoreError> {
-    import(home, store, find(home)?, true)
+    let grants = store.backend() == super::postgres::BACKEND;
+    import(home, store, find(home, grants)?, true)
 }
 
 /// Imports `plugin`'s own old files, if any are left (one that could not be

@@ -27,10 +27,13 @@
 //!
 //! Old JSON and TOML state files are imported once, at the first open
 //! ([`migrate`]). The after_turn journal (`journal.rs`, its own trait and
-//! table) shares the database file, not this trait.
+//! table) shares the database file, not this trait; so does the change feed
+//! of a PostgreSQL store ([`feed`]: what every change through one instance
+//! tells the others), which its store methods write in their transactions.
 
 #[cfg(test)]
 mod contract;
+pub mod feed;
 pub mod journal;
 pub mod migrate;
 pub mod postgres;
@@ -123,6 +126,12 @@ pub enum DueStep {
     Fire { fired: u64, wake: Option<u64> },
     /// Not due after all: kept, waking at `wake`.
     Wait { wake: Option<u64> },
+    /// Claimed for a firing that has not happened yet: kept as it is, its
+    /// wake time moved to `until` (unix seconds), the claim's end. The
+    /// claimer settles it ([`Store::trigger_settle`]) once fired; if it
+    /// never does (it died), the trigger is due again at `until` and
+    /// another instance claims it.
+    Claim { until: u64 },
 }
 
 /// Bytes and entries one owner keeps.
@@ -145,6 +154,8 @@ pub struct ImportFile {
     pub config: Vec<(String, String, Value)>,
     /// `(plugin, enabled)`.
     pub choices: Vec<(String, bool)>,
+    /// `(plugin, grant)`: `grants.toml`'s records, into a PostgreSQL store.
+    pub grants: Vec<(String, Value)>,
 }
 
 /// The version of a plugin the instances on a store run: its content hash
@@ -220,6 +231,23 @@ pub trait Store: Send + Sync {
         step: &mut dyn FnMut(&TriggerRecord) -> DueStep,
     ) -> Result<Vec<(TriggerRecord, DueStep)>, StoreError>;
 
+    /// Settles a claim ([`DueStep::Claim`]) of trigger `id` whose wake
+    /// time the claim set to `claimed`: applies `step` (a `FireOnce` deletes
+    /// it, a `Fire` records the firing, a `Claim` renews the claim, …) only
+    /// while the trigger is still so claimed. `false`: the claim was lost
+    /// (it ran out and another instance claimed the trigger, or the trigger
+    /// was changed or deleted meanwhile); nothing changed.
+    fn trigger_settle(&self, id: &str, claimed: u64, step: DueStep) -> Result<bool, StoreError>;
+
+    /// Takes or renews the lease `name` for `holder` for `duration`, on the
+    /// store's clock (the database's, for a shared store): one conditional
+    /// upsert, granted when nobody holds it, `holder` already does, or the
+    /// last holder's lease ran out. Whether `holder` holds it now.
+    fn lease_take(&self, name: &str, holder: &str, duration: std::time::Duration) -> Result<bool, StoreError>;
+
+    /// Gives lease `name` up, if `holder` holds it; whether it did.
+    fn lease_drop(&self, name: &str, holder: &str) -> Result<bool, StoreError>;
+
     /// `plugin`'s value for `key` in `scope`.
     fn storage_get(&self, plugin: &str, scope: Scope<'_>, key: &str) -> Result<Option<Value>, StoreError>;
 
@@ -253,6 +281,18 @@ pub trait Store: Send + Sync {
 
     /// Records a choice; whether it changed anything.
     fn set_plugin_choice(&self, plugin: &str, enabled: bool) -> Result<bool, StoreError>;
+
+    /// `plugin`'s recorded grant (its JSON, as `host::grants` wrote it).
+    fn grant_get(&self, plugin: &str) -> Result<Option<Value>, StoreError>;
+
+    /// Records `grant` for `plugin`, or with `None` forgets it; returns the
+    /// one it replaced.
+    fn grant_set(&self, plugin: &str, grant: Option<&Value>) -> Result<Option<Value>, StoreError>;
+
+    /// Records `grant` for `plugin` unless one is recorded (another instance
+    /// may have recorded one since the caller looked); returns the grant in
+    /// force.
+    fn grant_first(&self, plugin: &str, grant: &Value) -> Result<Value, StoreError>;
 
     /// Whether other homes (other ctxhost instances) may share this store:
     /// `false` for the embedded SQLite file of one home.
@@ -425,6 +465,18 @@ pub fn open_journal(
             Ok(Arc::new(postgres::journal::PostgresJournal::on(pg, policy)))
         }
         None => Ok(Arc::new(journal::SqliteJournal::open(&home.state_db(), policy)?)),
+    }
+}
+
+/// The change feed of `home`'s store ([`feed`]): `None` on the embedded
+/// SQLite store (one instance: nothing to tell). Blocks.
+///
+/// # Errors
+/// The database cannot be opened, reached or upgraded.
+pub fn open_feed(home: &Home) -> Result<Option<Arc<dyn feed::Feed>>, StoreError> {
+    match store_url(home)? {
+        Some(url) => Ok(Some(Arc::new(postgres::feed::PgFeed::on(postgres_db(&url)?)))),
+        None => Ok(None),
     }
 }
 

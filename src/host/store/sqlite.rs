@@ -35,8 +35,11 @@ const BACKEND: &str = "sqlite";
 
 /// The schema this code writes. Version 1: `vfs_nodes`, `triggers`,
 /// `plugin_storage`, `plugin_config`, `plugin_state`, `store_imports`, and
-/// `store_meta` (which holds the version). Version 2 adds `plugin_versions`.
-pub const SCHEMA_VERSION: u32 = 2;
+/// `store_meta` (which holds the version). Version 2 (lease stream):
+/// `leases` (who holds a named lease until when, [`Store::lease_take`]).
+/// Version 3 (notify stream): `plugin_grants`. Version 4 (hash stream):
+/// `plugin_versions` (each plugin's content hash, [`Store::record_plugin_version`]).
+pub const SCHEMA_VERSION: u32 = STEPS.len() as u32 + 1;
 
 /// How long a change waits for another process's transaction.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -90,8 +93,32 @@ CREATE TABLE store_imports (
 );
 ";
 
-/// Version 1 → 2 (i16-hash): each plugin's recorded content hash.
+// lease: schema version 2 (renumber at merge).
 const SCHEMA_V2: &str = "
+CREATE TABLE leases (
+    name TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    until_ms INTEGER NOT NULL
+);
+";
+
+// notify: schema version 3 (renumber at merge): grants in the store (a
+// SQLite home keeps using `grants.toml`; the table keeps one contract on
+// both backends).
+const SCHEMA_V3: &str = "
+CREATE TABLE plugin_grants (
+    plugin TEXT PRIMARY KEY,
+    grant_json TEXT NOT NULL
+);
+";
+
+/// The steps from version `n` to `n + 1`, `STEPS[n - 1]` (version 1 is
+/// made whole by `SCHEMA_V1`).
+const STEPS: &[&str] = &[SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
+
+// hash: schema version 4 (renumber at merge): each plugin's recorded
+// content hash, the version the instances on a store run.
+const SCHEMA_V4: &str = "
 CREATE TABLE plugin_versions (
     plugin TEXT PRIMARY KEY,
     hash TEXT NOT NULL,
@@ -101,9 +128,12 @@ CREATE TABLE plugin_versions (
 );
 ";
 
-/// The steps from version `n` to `n + 1`, `UPGRADES[n - 1]`; a new file
-/// takes them all.
-const UPGRADES: &[&str] = &[SCHEMA_V2];
+/// Milliseconds since the epoch on this machine's clock (the lease clock of
+/// a store only this machine uses).
+fn now_ms() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
 
 /// Opens a connection to the database at `path` the way every user of the
 /// file must: WAL, `synchronous = NORMAL`, a busy timeout.
@@ -309,6 +339,21 @@ fn put_choice(tx: &Connection, op: &'static str, plugin: &str, enabled: bool) ->
     Ok(())
 }
 
+/// The JSON text of `plugin`'s grant, if one is recorded.
+fn get_grant(conn: &Connection, op: &'static str, plugin: &str) -> Result<Option<String>, StoreError> {
+    conn.prepare_cached("SELECT grant_json FROM plugin_grants WHERE plugin = ?1")
+        .and_then(|mut s| s.query_row([plugin], |r| r.get(0)).optional())
+        .map_err(fail(op))
+}
+
+fn put_grant(tx: &Connection, op: &'static str, plugin: &str, grant: &Value) -> Result<(), StoreError> {
+    let text = json_text(op, grant)?;
+    tx.prepare_cached("INSERT OR REPLACE INTO plugin_grants (plugin, grant_json) VALUES (?1, ?2)")
+        .and_then(|mut s| s.execute(params![plugin, text]))
+        .map_err(fail(op))?;
+    Ok(())
+}
+
 /// `(count, sum)` of a `SELECT COUNT(*), COALESCE(SUM(bytes), 0) …`.
 fn get_version(conn: &Connection, op: &'static str, plugin: &str) -> Result<Option<PluginVersion>, StoreError> {
     conn.prepare_cached("SELECT plugin, hash, version, recorded_by, recorded_at FROM plugin_versions WHERE plugin = ?1")
@@ -374,7 +419,7 @@ impl SqliteStore {
         match version.as_deref().map(str::parse::<u32>) {
             None => {
                 tx.execute_batch(SCHEMA_V1)?;
-                for step in UPGRADES {
+                for step in STEPS {
                     tx.execute_batch(step)?;
                 }
                 tx.execute(
@@ -384,7 +429,7 @@ impl SqliteStore {
             }
             Some(Ok(v)) if v == SCHEMA_VERSION => {}
             Some(Ok(v)) if (1..SCHEMA_VERSION).contains(&v) => {
-                for step in &UPGRADES[v as usize - 1..] {
+                for step in &STEPS[v as usize - 1..] {
                     tx.execute_batch(step)?;
                 }
                 tx.execute(
@@ -684,10 +729,66 @@ impl Store for SqliteStore {
                             .map_err(fail(OP))?;
                     }
                     DueStep::Wait { .. } => {}
+                    DueStep::Claim { until } => {
+                        tx.prepare_cached("UPDATE triggers SET wake = ?2 WHERE id = ?1")
+                            .and_then(|mut st| st.execute(params![record.id, secs(until)]))
+                            .map_err(fail(OP))?;
+                    }
                 }
                 out.push((record, s));
             }
             Ok(out)
+        })
+    }
+
+    fn trigger_settle(&self, id: &str, claimed: u64, step: DueStep) -> Result<bool, StoreError> {
+        const OP: &str = "trigger_settle";
+        let claimed = secs(claimed);
+        self.write(OP, |tx| {
+            let n = match step {
+                DueStep::Expire | DueStep::FireOnce => tx
+                    .prepare_cached("DELETE FROM triggers WHERE id = ?1 AND wake = ?2")
+                    .and_then(|mut st| st.execute(params![id, claimed])),
+                DueStep::Fire { fired, wake } => tx
+                    .prepare_cached("UPDATE triggers SET fired = ?3, wake = ?4 WHERE id = ?1 AND wake = ?2")
+                    .and_then(|mut st| st.execute(params![id, claimed, secs(fired), wake.map(secs)])),
+                DueStep::Wait { wake } => tx
+                    .prepare_cached("UPDATE triggers SET wake = ?3 WHERE id = ?1 AND wake = ?2")
+                    .and_then(|mut st| st.execute(params![id, claimed, wake.map(secs)])),
+                DueStep::Claim { until } => tx
+                    .prepare_cached("UPDATE triggers SET wake = ?3 WHERE id = ?1 AND wake = ?2")
+                    .and_then(|mut st| st.execute(params![id, claimed, secs(until)])),
+            }
+            .map_err(fail(OP))?;
+            Ok(n == 1)
+        })
+    }
+
+    fn lease_take(&self, name: &str, holder: &str, duration: Duration) -> Result<bool, StoreError> {
+        const OP: &str = "lease_take";
+        let ms = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX);
+        self.write(OP, |tx| {
+            let now = now_ms();
+            let n = tx
+                .prepare_cached(
+                    "INSERT INTO leases (name, holder, until_ms) VALUES (?1, ?2, ?3 + ?4)
+                     ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, until_ms = excluded.until_ms
+                     WHERE leases.holder = excluded.holder OR leases.until_ms <= ?3",
+                )
+                .and_then(|mut st| st.execute(params![name, holder, now, ms]))
+                .map_err(fail(OP))?;
+            Ok(n == 1)
+        })
+    }
+
+    fn lease_drop(&self, name: &str, holder: &str) -> Result<bool, StoreError> {
+        const OP: &str = "lease_drop";
+        self.write(OP, |tx| {
+            let n = tx
+                .prepare_cached("DELETE FROM leases WHERE name = ?1 AND holder = ?2")
+                .and_then(|mut st| st.execute(params![name, holder]))
+                .map_err(fail(OP))?;
+            Ok(n == 1)
         })
     }
 
@@ -813,6 +914,41 @@ impl Store for SqliteStore {
         })
     }
 
+    fn grant_get(&self, plugin: &str) -> Result<Option<Value>, StoreError> {
+        const OP: &str = "grant_get";
+        let text: Option<String> = self.read(OP, |c| get_grant(c, OP, plugin))?;
+        text.map(|t| parse_json(OP, format!("grant of plugin '{plugin}'"), &t)).transpose()
+    }
+
+    fn grant_set(&self, plugin: &str, grant: Option<&Value>) -> Result<Option<Value>, StoreError> {
+        const OP: &str = "grant_set";
+        self.write(OP, |tx| {
+            let before = get_grant(tx, OP, plugin)?
+                .map(|t| parse_json::<Value>(OP, format!("grant of plugin '{plugin}'"), &t))
+                .transpose()?;
+            match grant {
+                Some(g) => put_grant(tx, OP, plugin, g)?,
+                None => {
+                    tx.prepare_cached("DELETE FROM plugin_grants WHERE plugin = ?1")
+                        .and_then(|mut s| s.execute([plugin]))
+                        .map_err(fail(OP))?;
+                }
+            }
+            Ok(before)
+        })
+    }
+
+    fn grant_first(&self, plugin: &str, grant: &Value) -> Result<Value, StoreError> {
+        const OP: &str = "grant_first";
+        self.write(OP, |tx| match get_grant(tx, OP, plugin)? {
+            Some(t) => parse_json(OP, format!("grant of plugin '{plugin}'"), &t),
+            None => {
+                put_grant(tx, OP, plugin, grant)?;
+                Ok(grant.clone())
+            }
+        })
+    }
+
     fn shared(&self) -> bool {
         false
     }
@@ -872,6 +1008,9 @@ impl Store for SqliteStore {
                 }
                 for (plugin, enabled) in &file.choices {
                     put_choice(tx, OP, plugin, *enabled)?;
+                }
+                for (plugin, grant) in &file.grants {
+                    put_grant(tx, OP, plugin, grant)?;
                 }
                 tx.prepare_cached("INSERT INTO store_imports (source, imported_at) VALUES (?1, ?2)")
                     .and_then(|mut s| s.execute(params![file.source, now]))
@@ -964,20 +1103,21 @@ mod tests {
     }
 
     #[test]
-    fn plugin_versions_and_the_upgrade_from_version_1() {
+    fn plugin_versions_and_the_upgrade_from_the_version_before() {
         let (dir, s) = open();
         contract::plugin_versions(&s);
         assert!(!s.shared(), "one home's file");
         let on_file = || Arc::new(SqliteStore::open(&dir.path().join("state.db")).unwrap());
         contract::plugin_versions_race(on_file(), on_file());
         drop(s);
-        // A version 1 file (an older ctxhost's) gains the table and keeps its rows.
+        // A file of the version before (an older ctxhost's) gains the table and keeps its rows.
         let db = dir.path().join("state.db");
         let c = Connection::open(&db).unwrap();
-        c.execute_batch(
-            "DROP TABLE plugin_versions; UPDATE store_meta SET value = '1' WHERE key = 'schema_version';
+        c.execute_batch(&format!(
+            "DROP TABLE plugin_versions; UPDATE store_meta SET value = '{}' WHERE key = 'schema_version';
              INSERT OR REPLACE INTO plugin_state (plugin, enabled) VALUES ('kept', 0);",
-        )
+            SCHEMA_VERSION - 1
+        ))
         .unwrap();
         drop(c);
         let s = SqliteStore::open(&db).unwrap();
@@ -991,6 +1131,39 @@ mod tests {
     fn config_values_and_plugin_choices() {
         let (_dir, s) = open();
         contract::config_and_choices(&s);
+    }
+
+    #[test]
+    fn grants_first_set_and_forget() {
+        let (_dir, s) = open();
+        contract::grants(&s);
+    }
+
+    #[test]
+    fn trigger_claims_and_leases() {
+        let (_dir, s) = open();
+        contract::claims_and_leases(&s);
+    }
+
+    /// A version-1 file (before `leases`) is upgraded in place, its rows kept.
+    #[test]
+    fn a_version_1_file_is_upgraded() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("state.db");
+        {
+            let c = connect(&db).unwrap();
+            c.execute_batch("CREATE TABLE store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);").unwrap();
+            c.execute_batch(SCHEMA_V1).unwrap();
+            c.execute_batch(
+                "INSERT INTO store_meta VALUES ('schema_version', '1'); INSERT INTO plugin_state VALUES ('p', 0);",
+            )
+            .unwrap();
+        }
+        let s = SqliteStore::open(&db).unwrap();
+        assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+        assert_eq!(s.plugin_choice("p").unwrap(), Some(false));
+        assert!(s.lease_take("x", "me", Duration::from_secs(1)).unwrap());
+        contract::grants(&s);
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //! than it knows refuses to open. Must never: hold a pooled connection
 //! between two trait calls, or decide what a record means.
 
+pub mod feed;
 pub mod journal;
 pub mod store;
 
@@ -52,8 +53,7 @@ const WAIT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The schema, one entry per version (`MIGRATIONS[0]` makes version 1).
-/// Version 1: the tables of the SQLite store, in PostgreSQL's types, and the
-/// journal's. Version 2: `plugin_versions`.
+/// The tables of the SQLite store, in PostgreSQL's types, and the journal's.
 pub const MIGRATIONS: &[&str] = &[
     "
 CREATE TABLE vfs_nodes (
@@ -118,7 +118,33 @@ CREATE INDEX journal_entries_due ON journal_entries (target, dead_at, not_before
 CREATE INDEX journal_entries_owner ON journal_entries (owner) WHERE owner IS NOT NULL;
 ",
     "
--- i16-hash: plugin_versions (each plugin's content hash, the fleet's version)
+-- lease: version 2 (renumber at merge): named leases (a schedule runs on one
+-- instance), held until `until_ms` on the database's clock.
+CREATE TABLE leases (
+    name TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    until_ms BIGINT NOT NULL
+);
+",
+    // notify: version 3 (renumber at merge): grants in the store, and the change feed (`feed.rs`).
+    "
+CREATE TABLE plugin_grants (
+    plugin TEXT PRIMARY KEY,
+    grant_json TEXT NOT NULL
+);
+CREATE TABLE changes (
+    id BIGSERIAL PRIMARY KEY,
+    kind TEXT NOT NULL,
+    plugin TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    origin TEXT NOT NULL,
+    at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE INDEX changes_at ON changes (at);
+",
+    // hash: version 4 (renumber at merge): each plugin's recorded content
+    // hash, the version the instances on a store run.
+    "
 CREATE TABLE plugin_versions (
     plugin TEXT PRIMARY KEY,
     hash TEXT NOT NULL,
@@ -143,6 +169,10 @@ pub struct Pg {
     location: String,
     /// The password, scrubbed from every message.
     secret: Option<String>,
+    /// How to connect (the feed's listener keeps a connection of its own).
+    config: Config,
+    /// This process's name in the change feed's `origin` column.
+    origin: String,
 }
 
 impl Drop for Pg {
@@ -231,7 +261,12 @@ impl Pg {
                 .build()
         }
         .map_err(|e| StoreError::new(BACKEND, OP, StoreErrorKind::Backend(format!("cannot make a pool: {e}"))))?;
-        let pg = Pg { rt: Some(rt), pool, location, secret };
+        let origin = format!(
+            "{}-{:x}",
+            std::process::id(),
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+        );
+        let pg = Pg { rt: Some(rt), pool, location, secret, config: config.clone(), origin };
         pg.migrate(&config)?;
         Ok(pg)
     }
@@ -239,6 +274,26 @@ impl Pg {
     /// The URL, redacted: how messages name the database.
     pub fn location(&self) -> &str {
         &self.location
+    }
+
+    /// This process's name in the change feed ([`super::feed`]).
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// How to connect (for a connection outside the pool).
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Spawns `f` on the private runtime (which drives it whatever runtime
+    /// the caller has, or none); `None` once the runtime is gone.
+    pub(crate) fn spawn<F>(&self, f: F) -> Option<tokio::task::JoinHandle<F::Output>>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.rt.as_ref().map(|rt| rt.spawn(f))
     }
 
     /// The pool (for the backends in this module).
@@ -446,6 +501,8 @@ mod tests {
         contract::triggers(&fresh());
         contract::storage(&fresh());
         contract::config_and_choices(&fresh());
+        contract::grants(&fresh());
+        contract::claims_and_leases(&fresh());
         let db = super::pg::database();
         contract::concurrent_writers(Arc::new(open(&db.url)), Arc::new(open(&db.url)));
         let s = fresh();
@@ -499,6 +556,152 @@ mod tests {
         assert_eq!(a.trigger_list().unwrap().len(), N / 2, "the fire-once ones are gone");
         assert!(a.trigger_list().unwrap().iter().all(|t| t.fired == Some(1_000)));
         assert!(b.triggers_take_due(1_000, &mut |_| panic!("nothing is due any more")).unwrap().is_empty());
+    }
+
+    /// The change feed: the changes other instances must hear of are
+    /// appended in their own transaction and wake a listener; a no-op
+    /// change, a first grant and an import append nothing.
+    #[test]
+    fn changes_are_appended_with_their_change_and_wake_a_listener() {
+        use crate::host::store::feed::{ChangeKind, Feed, Wake};
+        use serde_json::json;
+        let db = super::pg::database();
+        let (a, b) = (open(&db.url), open(&db.url));
+        let feed_b = feed::PgFeed::on(b.pg().clone());
+        assert_ne!(a.pg().origin(), feed_b.origin(), "two opens, two origins");
+        assert_eq!(feed_b.head().unwrap(), 0);
+        let mut listener = feed_b.listen();
+        assert_eq!(listener.wakes.blocking_recv(), Some(Wake::Connected));
+
+        a.config_put("p", &[("K".to_owned(), json!(1))].into()).unwrap();
+        assert_eq!(listener.wakes.blocking_recv(), Some(Wake::Notified));
+        assert!(a.set_plugin_choice("p", false).unwrap());
+        assert!(!a.set_plugin_choice("p", false).unwrap(), "no change, no entry");
+        assert_eq!(a.grant_first("p", &json!({"allow_network": false})).unwrap(), json!({"allow_network": false}));
+        a.grant_set("p", Some(&json!({"allow_network": true}))).unwrap();
+        a.grant_set("p", Some(&json!({"allow_network": true}))).unwrap();
+        let reload = feed::PgFeed::on(a.pg().clone()).note(ChangeKind::Reload, "p", &json!({})).unwrap();
+        a.import(&[crate::host::store::ImportFile {
+            source: "x".into(),
+            config: vec![("p".into(), "K".into(), json!(2))],
+            choices: vec![("p".into(), true)],
+            grants: vec![("p".into(), json!({}))],
+            ..Default::default()
+        }])
+        .unwrap();
+
+        let all = feed_b.after(0, 100).unwrap();
+        let seen: Vec<(Option<ChangeKind>, &str, serde_json::Value)> =
+            all.iter().map(|e| (e.kind, e.plugin.as_str(), e.payload.clone())).collect();
+        assert_eq!(
+            seen,
+            [
+                (Some(ChangeKind::Config), "p", json!({"values": {"K": 1}})),
+                (Some(ChangeKind::Enable), "p", json!({"enabled": false})),
+                (Some(ChangeKind::Grant), "p", json!({"grant": {"allow_network": true}})),
+                (Some(ChangeKind::Reload), "p", json!({})),
+            ]
+        );
+        assert!(all.iter().all(|e| e.origin == a.pg().origin()));
+        assert!(all.windows(2).all(|w| w[0].id < w[1].id));
+        assert_eq!(all[3].id, reload);
+        assert_eq!(feed_b.head().unwrap(), reload);
+        assert_eq!(feed_b.after(all[1].id, 1).unwrap(), [all[2].clone()], "from an id, at most `limit`");
+
+        // The listening connection killed: it reconnects and says so.
+        while listener.wakes.try_recv().is_ok() {}
+        db.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'ctxhost-listen-%'",
+        )
+        .unwrap();
+        assert_eq!(listener.wakes.blocking_recv(), Some(Wake::Connected));
+        b.config_put("q", &[("K".to_owned(), json!(3))].into()).unwrap();
+        assert_eq!(listener.wakes.blocking_recv(), Some(Wake::Notified), "listening again");
+        drop(listener);
+        std::thread::sleep(Duration::from_millis(300));
+        let left =
+            db.query("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'ctxhost-listen-%'").unwrap();
+        assert_eq!(left, [[Some("0".to_owned())]], "a dropped listener closes its connection");
+    }
+
+    /// Ids follow the commit order: a reader that reads on from the last id
+    /// it saw while four writers on two instances append never skips one.
+    #[test]
+    fn a_reader_following_the_feed_misses_no_change_of_concurrent_writers() {
+        use crate::host::store::feed::Feed;
+        use serde_json::json;
+        let db = super::pg::database();
+        let (a, b) = (Arc::new(open(&db.url)), Arc::new(open(&db.url)));
+        let reader = feed::PgFeed::on(a.pg().clone());
+        const EACH: usize = 40;
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let got = std::thread::scope(|scope| {
+            for t in 0..4 {
+                let s = if t % 2 == 0 { a.clone() } else { b.clone() };
+                scope.spawn(move || {
+                    for i in 0..EACH {
+                        s.config_put(&format!("w{t}"), &[("K".to_owned(), json!(i))].into()).unwrap();
+                    }
+                });
+            }
+            let follow = scope.spawn(|| {
+                let (mut seen, mut got) = (0, Vec::new());
+                loop {
+                    let last_round = done.load(std::sync::atomic::Ordering::SeqCst);
+                    for e in reader.after(seen, 7).unwrap() {
+                        seen = e.id;
+                        got.push((e.plugin, e.payload["values"]["K"].as_u64().unwrap()));
+                    }
+                    if last_round && reader.after(seen, 1).unwrap().is_empty() {
+                        return got;
+                    }
+                }
+            });
+            // Writers first (the scope joins them when it ends; wait here).
+            while reader.head().unwrap() < (4 * EACH) as i64 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            follow.join().unwrap()
+        });
+        assert_eq!(got.len(), 4 * EACH, "every change read, none twice");
+        for t in 0..4 {
+            let mine: Vec<u64> = got.iter().filter(|(p, _)| *p == format!("w{t}")).map(|(_, k)| *k).collect();
+            assert_eq!(mine, (0..EACH as u64).collect::<Vec<_>>(), "each writer's changes in its order");
+        }
+    }
+
+    /// `grants.toml` goes into a PostgreSQL store once (renamed aside); a
+    /// SQLite store leaves it where it is, the home's record of grants.
+    #[test]
+    fn grants_toml_is_imported_into_postgres_once_and_left_to_sqlite() {
+        use crate::home::Home;
+        use crate::host::store::migrate;
+        use serde_json::json;
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::at(dir.path());
+        let text =
+            "# header\n[plugins.a]\nallow_network = true\nreadable_paths = [\"/x\"]\n\n[plugins.b]\nenv = [\"KEY\"]\n";
+        std::fs::write(home.grants_file(), text).unwrap();
+
+        let sqlite = crate::host::store::sqlite::SqliteStore::open(&home.state_db()).unwrap();
+        assert!(migrate::run(&home, &sqlite).unwrap().is_empty());
+        assert_eq!(std::fs::read_to_string(home.grants_file()).unwrap(), text, "a SQLite home keeps its file");
+        assert_eq!(sqlite.grant_get("a").unwrap(), None);
+
+        let pg = fresh();
+        let renamed = migrate::run(&home, &pg).unwrap();
+        assert_eq!(renamed, [dir.path().join("grants.toml.migrated")]);
+        assert_eq!(pg.grant_get("a").unwrap(), Some(json!({"allow_network": true, "readable_paths": ["/x"]})));
+        assert_eq!(pg.grant_get("b").unwrap(), Some(json!({"env": ["KEY"]})));
+        // Written again (an old ctxhost): imported at most once.
+        std::fs::write(home.grants_file(), "[plugins.a]\nallow_network = false\n").unwrap();
+        migrate::run(&home, &pg).unwrap();
+        assert_eq!(pg.grant_get("a").unwrap().unwrap()["allow_network"], true);
+
+        std::fs::write(home.grants_file(), "plugins = 3 [").unwrap();
+        let err = migrate::run(&home, &fresh()).unwrap_err().to_string();
+        assert!(err.contains("grants.toml"), "{err}");
     }
 
     /// Instances starting together: one migrates, the others wait on the

@@ -13,6 +13,14 @@
 //!
 //! Upserts are `INSERT … ON CONFLICT DO UPDATE`. JSON is stored as text (the
 //! plugin's key order kept). Never decides what a record means.
+//!
+//! The changes other instances must hear of — config values set, an enable
+//! choice changed, a grant recorded or forgotten — append their entry to the
+//! change feed (`changes`, `super::feed`) in their own transaction: under a
+//! transaction-scoped advisory lock taken just before the id is drawn and
+//! held to the commit, so ids are committed in order, and with a `NOTIFY`
+//! that is sent at the commit. An import (old files at the first open) tells
+//! nobody.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -22,7 +30,9 @@ use serde_json::{Map, Value};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
+use super::feed::{CHANNEL, LOCK_FEED};
 use super::{BACKEND, Credentials, Pg};
+use crate::host::store::feed::ChangeKind;
 use crate::host::store::quota::{self, StorageLimits, VfsLimits};
 use crate::host::store::{
     Actor, DueStep, ImportFile, Node, PluginVersion, Scope, Store, StoreError, StoreErrorKind, TriggerRecord, Usage,
@@ -32,6 +42,9 @@ use crate::host::store::{
 const LOCK_VFS: i32 = 1;
 const LOCK_STORAGE: i32 = 2;
 const LOCK_TRIGGERS: i32 = 3;
+
+/// Milliseconds since the epoch on the database's clock.
+const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::BIGINT";
 
 /// The PostgreSQL store.
 pub struct PostgresStore {
@@ -327,6 +340,74 @@ impl PostgresStore {
     }
 }
 
+impl PostgresStore {
+    /// Appends a change-feed entry made by this process, in `tx` (see the
+    /// module doc); its id.
+    pub(super) async fn append_change(
+        &self,
+        tx: &Transaction<'_>,
+        op: &'static str,
+        kind: ChangeKind,
+        plugin: &str,
+        payload: &Value,
+    ) -> Result<i64, StoreError> {
+        let text = json_text(op, payload)?;
+        self.exec(tx, op, "SELECT pg_advisory_xact_lock($1)", &[&LOCK_FEED]).await?;
+        let row = self
+            .one_opt(
+                tx,
+                op,
+                "INSERT INTO changes (kind, plugin, payload, origin) VALUES ($1, $2, $3, $4) RETURNING id",
+                &[&kind.as_str(), &plugin, &text, &self.pg.origin()],
+            )
+            .await?;
+        let id: i64 = row.map_or(0, |r| r.get(0));
+        self.exec(tx, op, "SELECT pg_notify($1, $2)", &[&CHANNEL, &id.to_string()]).await?;
+        Ok(id)
+    }
+
+    /// Appends a change-feed entry that goes with no stored change, in a
+    /// transaction of its own; its id.
+    pub(super) fn note_change(&self, kind: ChangeKind, plugin: &str, payload: &Value) -> Result<i64, StoreError> {
+        const OP: &str = "feed_note";
+        self.write(OP, async |tx| self.append_change(tx, OP, kind, plugin, payload).await)
+    }
+
+    async fn get_grant(
+        &self,
+        c: &impl deadpool_postgres::GenericClient,
+        op: &'static str,
+        plugin: &str,
+        for_update: bool,
+    ) -> Result<Option<Value>, StoreError> {
+        let sql = format!(
+            "SELECT grant_json FROM plugin_grants WHERE plugin = $1{}",
+            if for_update { " FOR UPDATE" } else { "" }
+        );
+        let text: Option<String> = self.one_opt(c, op, &sql, &[&plugin]).await?.map(|r| r.get(0));
+        text.map(|t| parse_json(op, format!("grant of plugin '{plugin}'"), &t)).transpose()
+    }
+
+    async fn put_grant(
+        &self,
+        tx: &Transaction<'_>,
+        op: &'static str,
+        plugin: &str,
+        grant: &Value,
+    ) -> Result<(), StoreError> {
+        let text = json_text(op, grant)?;
+        self.exec(
+            tx,
+            op,
+            "INSERT INTO plugin_grants (plugin, grant_json) VALUES ($1, $2) \
+             ON CONFLICT (plugin) DO UPDATE SET grant_json = EXCLUDED.grant_json",
+            &[&plugin, &text],
+        )
+        .await
+        .map(drop)
+    }
+}
+
 impl Store for PostgresStore {
     fn backend(&self) -> &'static str {
         BACKEND
@@ -564,11 +645,83 @@ impl Store for PostgresStore {
                         .await?;
                     }
                     DueStep::Wait { .. } => {}
+                    DueStep::Claim { until } => {
+                        self.exec(tx, OP, "UPDATE triggers SET wake = $2 WHERE id = $1", &[&record.id, &secs(until)])
+                            .await?;
+                    }
                 }
                 out.push((record, s));
             }
             Ok(out)
         })
+    }
+
+    fn trigger_settle(&self, id: &str, claimed: u64, step: DueStep) -> Result<bool, StoreError> {
+        const OP: &str = "trigger_settle";
+        let claimed = secs(claimed);
+        // One statement: the `wake = claimed` test and the change happen
+        // under the row's lock, so a claim lost meanwhile changes nothing.
+        let n = self.read(OP, async |c| match step {
+            DueStep::Expire | DueStep::FireOnce => {
+                self.exec(c, OP, "DELETE FROM triggers WHERE id = $1 AND wake = $2", &[&id, &claimed]).await
+            }
+            DueStep::Fire { fired, wake } => {
+                self.exec(
+                    c,
+                    OP,
+                    "UPDATE triggers SET fired = $3, wake = $4 WHERE id = $1 AND wake = $2",
+                    &[&id, &claimed, &secs(fired), &wake.map(secs)],
+                )
+                .await
+            }
+            DueStep::Wait { wake } => {
+                self.exec(
+                    c,
+                    OP,
+                    "UPDATE triggers SET wake = $3 WHERE id = $1 AND wake = $2",
+                    &[&id, &claimed, &wake.map(secs)],
+                )
+                .await
+            }
+            DueStep::Claim { until } => {
+                self.exec(
+                    c,
+                    OP,
+                    "UPDATE triggers SET wake = $3 WHERE id = $1 AND wake = $2",
+                    &[&id, &claimed, &secs(until)],
+                )
+                .await
+            }
+        })?;
+        Ok(n == 1)
+    }
+
+    fn lease_take(&self, name: &str, holder: &str, duration: std::time::Duration) -> Result<bool, StoreError> {
+        const OP: &str = "lease_take";
+        let ms = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX);
+        // The database's clock decides, so instances' clocks may differ.
+        let n = self.read(OP, async |c| {
+            self.exec(
+                c,
+                OP,
+                &format!(
+                    "INSERT INTO leases (name, holder, until_ms) VALUES ($1, $2, {NOW_MS} + $3)
+                     ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, until_ms = EXCLUDED.until_ms
+                     WHERE leases.holder = EXCLUDED.holder OR leases.until_ms <= {NOW_MS}"
+                ),
+                &[&name, &holder, &ms],
+            )
+            .await
+        })?;
+        Ok(n == 1)
+    }
+
+    fn lease_drop(&self, name: &str, holder: &str) -> Result<bool, StoreError> {
+        const OP: &str = "lease_drop";
+        let n = self.read(OP, async |c| {
+            self.exec(c, OP, "DELETE FROM leases WHERE name = $1 AND holder = $2", &[&name, &holder]).await
+        })?;
+        Ok(n == 1)
     }
 
     fn storage_get(&self, plugin: &str, scope: Scope<'_>, key: &str) -> Result<Option<Value>, StoreError> {
@@ -672,10 +825,12 @@ impl Store for PostgresStore {
 
     fn config_put(&self, plugin: &str, values: &BTreeMap<String, Value>) -> Result<(), StoreError> {
         const OP: &str = "config_put";
+        let announced = Value::Object(values.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
         self.write(OP, async |tx| {
             for (k, v) in values {
                 self.put_config(tx, OP, plugin, k, v).await?;
             }
+            self.append_change(tx, OP, ChangeKind::Config, plugin, &serde_json::json!({"values": announced})).await?;
             Ok(())
         })
     }
@@ -707,7 +862,51 @@ impl Store for PostgresStore {
                 return Ok(false);
             }
             self.put_choice(tx, OP, plugin, enabled).await?;
+            self.append_change(tx, OP, ChangeKind::Enable, plugin, &serde_json::json!({"enabled": enabled})).await?;
             Ok(true)
+        })
+    }
+
+    fn grant_get(&self, plugin: &str) -> Result<Option<Value>, StoreError> {
+        const OP: &str = "grant_get";
+        self.read(OP, async |c| self.get_grant(c, OP, plugin, false).await)
+    }
+
+    fn grant_set(&self, plugin: &str, grant: Option<&Value>) -> Result<Option<Value>, StoreError> {
+        const OP: &str = "grant_set";
+        self.write(OP, async |tx| {
+            let before = self.get_grant(tx, OP, plugin, true).await?;
+            if before.as_ref() == grant {
+                return Ok(before);
+            }
+            match grant {
+                Some(g) => self.put_grant(tx, OP, plugin, g).await?,
+                None => {
+                    self.exec(tx, OP, "DELETE FROM plugin_grants WHERE plugin = $1", &[&plugin]).await?;
+                }
+            }
+            self.append_change(tx, OP, ChangeKind::Grant, plugin, &serde_json::json!({"grant": grant})).await?;
+            Ok(before)
+        })
+    }
+
+    fn grant_first(&self, plugin: &str, grant: &Value) -> Result<Value, StoreError> {
+        const OP: &str = "grant_first";
+        let text = json_text(OP, grant)?;
+        self.write(OP, async |tx| {
+            // Another instance recording the first grant at once waits here,
+            // then finds its record.
+            self.exec(
+                tx,
+                OP,
+                "INSERT INTO plugin_grants (plugin, grant_json) VALUES ($1, $2) ON CONFLICT (plugin) DO NOTHING",
+                &[&plugin, &text],
+            )
+            .await?;
+            let found = self.get_grant(tx, OP, plugin, false).await?;
+            found.ok_or_else(|| {
+                refuse(OP, StoreErrorKind::Backend(format!("the grant of plugin '{plugin}' went while recording it")))
+            })
         })
     }
 
@@ -789,6 +988,9 @@ impl Store for PostgresStore {
                 }
                 for (plugin, enabled) in &file.choices {
                     self.put_choice(tx, OP, plugin, *enabled).await?;
+                }
+                for (plugin, grant) in &file.grants {
+                    self.put_grant(tx, OP, plugin, grant).await?;
                 }
             }
             Ok(())
