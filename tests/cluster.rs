@@ -100,6 +100,125 @@ fn run_on_a_store_home_keeps_a_throw_away_memory() {
     assert!(matches!(rows.as_ref().map(|r| r.as_deref()), Ok(Some("0")) | Err(_)), "{rows:?}");
 }
 
+/// A bash ingest plugin `p` whose hook touches `<marks>/<tag>` and recalls
+/// `from <tag>`: the same text in every home that should run one version.
+fn versioned_plugin(site: &Site, marks: &std::path::Path, tag: &str) {
+    write(
+        &site.plugin_dir("p").join("plugin.toml"),
+        "name = \"p\"\nversion = \"1.0.0\"\n[hooks]\nruntime = \"bash\"\nallow_filesystem = true\ningest = \"hooks/ingest.sh\"\n",
+    );
+    write(
+        &site.plugin_dir("p").join("hooks/ingest.sh"),
+        &format!(
+            "cat > /dev/null\ntouch '{}'\necho '{{\"type\":\"ingest_result\",\"memories\":[{{\"content\":\"from {tag}\"}}]}}'\n",
+            marks.join(tag).display()
+        ),
+    );
+}
+
+fn plugin_p(list: &Value) -> Value {
+    list.as_array().unwrap_or_else(|| panic!("{list}")).iter().find(|p| p["name"] == "p").cloned().unwrap()
+}
+
+/// `ctxhost --home <site> <args>`: exit code and stdout.
+fn run(site: &Site, args: &[&str]) -> (Option<i32>, String) {
+    let out = ctxhost().arg("--home").arg(site.home()).args(args).timeout(Duration::from_secs(60)).output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+}
+
+/// Two homes on one store hold plugin `p`; the second's hook script differs.
+/// The first instance's files are the fleet's version (recorded in the
+/// store); the second says so in `doctor`, `plugin list` and
+/// `/api/plugins`, naming both hashes, and never runs its changed script.
+/// Once the operator deploys the new files everywhere and adopts them
+/// (`ctxhost plugin adopt`), a reload on each brings both to that version.
+#[test]
+fn an_instance_whose_plugin_files_differ_refuses_the_plugin_until_the_fleet_agrees() {
+    let db = pg::database();
+    let marks = tempfile::tempdir().unwrap();
+    let (a, b) = (site_on(&db.url), site_on(&db.url));
+    for site in [&a, &b] {
+        write(
+            &site.home().join("config.toml"),
+            &format!("[store]\nurl = \"{}\"\n[context_engine]\nplugin = \"p\"\n", db.url),
+        );
+        versioned_plugin(site, marks.path(), "v1");
+    }
+    let da = a.start(&[]);
+    let fleet = plugin_p(&da.get("/api/plugins").json());
+    assert_eq!(fleet["state"], "loaded", "{fleet}");
+    let h1 = fleet["content_hash"].as_str().unwrap().to_owned();
+    assert!(h1.starts_with("sha256:"), "{h1}");
+    let rows = db.query("SELECT hash, version FROM plugin_versions WHERE plugin = 'p'").unwrap();
+    assert_eq!(rows, [[Some(h1.clone()), Some("1.0.0".to_owned())]], "the first instance recorded its version");
+
+    // B's script changes (one home only): B's files are not the fleet's.
+    versioned_plugin(&b, marks.path(), "v2");
+    let (code, listed) = run(&b, &["plugin", "list", "--json"]);
+    assert_eq!(code, Some(0), "{listed}");
+    let h2 = plugin_p(&serde_json::from_str(listed.lines().next().unwrap()).unwrap())["content_hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(h1, h2);
+    let (code, text) = run(&b, &["doctor"]);
+    assert_eq!(code, Some(1), "{text}");
+    let line = text.lines().find(|l| l.trim_start().starts_with("p ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains(&h1) && line.contains(&h2) && line.contains("ctxhost plugin adopt p"), "{line}");
+    let (code, text) = run(&a, &["doctor"]);
+    assert_eq!(code, Some(0), "A's files are the fleet's: {text}");
+
+    let dbb = b.start(&[]);
+    let status = plugin_p(&dbb.get("/api/plugins").json());
+    assert_eq!((&status["state"], &status["content_hash"]), (&json!("error"), &json!(h2)), "{status}");
+    let error = status["error"].as_str().unwrap();
+    assert!(error.contains(&h1) && error.contains(&h2), "{error}");
+    // An ingest through B is served without p: its changed script never runs.
+    let ingest = json!({"message": "anything?"}).to_string();
+    let r = dbb.post("/api/agents/a1/ingest", &ingest);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!recalled(&r.json()).contains(&"from v2".to_owned()), "{}", r.body);
+    assert!(!marks.path().join("v2").exists(), "B ran its changed script");
+    // A serves p as before.
+    let r = da.post("/api/agents/a1/ingest", &ingest);
+    assert!(recalled(&r.json()).contains(&"from v1".to_owned()), "{}", r.body);
+    assert!(marks.path().join("v1").exists());
+    assert_eq!(db.query("SELECT hash FROM plugin_versions WHERE plugin = 'p'").unwrap(), [[Some(h1.clone())]]);
+
+    // The operator deploys v2 to A as well and reloads it through A: A's
+    // files become the fleet's version, and B, told through the store,
+    // reloads and now agrees.
+    versioned_plugin(&a, marks.path(), "v2");
+    let r = da.post("/api/plugins/p/reload", "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(db.query("SELECT hash FROM plugin_versions WHERE plugin = 'p'").unwrap(), [[Some(h2.clone())]]);
+    let loaded_at = |d: &crate::util::http::Daemon, hash: &str| {
+        let status = plugin_p(&d.get("/api/plugins").json());
+        status["state"] == "loaded" && status["content_hash"] == hash
+    };
+    assert!(loaded_at(&da, &h2));
+    crate::util::within(2, "B reloading p at the fleet's version", || loaded_at(&dbb, &h2));
+    for site in [&a, &b] {
+        let (code, text) = run(site, &["doctor"]);
+        assert_eq!(code, Some(0), "{text}");
+    }
+    let r = dbb.post("/api/agents/a1/ingest", &ingest);
+    assert!(recalled(&r.json()).contains(&"from v2".to_owned()), "{}", r.body);
+    assert!(marks.path().join("v2").exists(), "B runs p again, at the fleet's version");
+
+    // Without a daemon: `ctxhost plugin adopt` records a home's files as the
+    // fleet's version; the other home's report now names the difference.
+    versioned_plugin(&a, marks.path(), "v3");
+    let (code, text) = run(&a, &["plugin", "adopt", "p"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains(&format!("in place of {h2}")), "{text}");
+    let h3 = db.query("SELECT hash FROM plugin_versions WHERE plugin = 'p'").unwrap()[0][0].clone().unwrap();
+    assert!(h3 != h2 && text.contains(&h3), "{text}");
+    let (code, text) = run(&b, &["doctor"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains(&h3) && text.contains(&h2), "{text}");
+}
+
 /// `ctxhost serve`'s change-feed listener of the daemon with `pid`, as the
 /// database sees it: the backend pids of its connections.
 fn listeners(db: &pg::Database, pid: i32) -> Vec<String> {

@@ -144,6 +144,13 @@ pub fn install(opts: &InstallOptions<'_>, cx: &LoadContext<'_>) -> Result<Instal
         return Err(e);
     }
     drop(staging);
+    // Installing is the operator's deliberate step: these files are now the
+    // version every instance on the store runs.
+    if let Err(e) = super::catalog::adopt(cx, &name) {
+        warnings.push(format!(
+            "its version could not be recorded in the store ({e}); `ctxhost plugin adopt {name}` records it"
+        ));
+    }
 
     let (venv, removed_venv) = match built {
         Some(built) => {

@@ -68,6 +68,16 @@ pub enum RegistryError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The state store failed.
+    #[error(transparent)]
+    StateStore(#[from] crate::host::store::StoreError),
+    /// Its content hash could not be computed (`app::catalog::content`).
+    #[error("plugin `{name}`: its content hash: {source}")]
+    Content {
+        name: String,
+        #[source]
+        source: crate::app::catalog::content::ContentError,
+    },
 }
 
 fn list_binaries(missing: &[crate::manifest::Requirement]) -> String {

@@ -1,4 +1,4 @@
-//! `ctxhost plugin list | install | deps | remove | enable | disable | grant`: the
+//! `ctxhost plugin list | install | deps | remove | enable | disable | grant | adopt`: the
 //! plugins dir and the operator's records about it (`crate::app::registry`).
 
 use std::io::Write;
@@ -26,6 +26,7 @@ Examples:
   ctxhost plugin deps rss-watcher
   ctxhost plugin disable memory
   ctxhost plugin grant memory
+  ctxhost plugin adopt memory
   ctxhost plugin remove memory --purge")]
 pub struct PluginArgs {
     #[command(subcommand)]
@@ -66,6 +67,20 @@ enum PluginCommand {
                             ctxhost plugin grant rss-watcher --source-builds && ctxhost plugin deps rss-watcher"
     )]
     Grant(GrantArgs),
+    /// Record this home's files of a plugin as the version every instance runs
+    ///
+    /// Instances sharing a store (`[store] url`) run one version of each
+    /// plugin: its content hash (every file of its directory but hidden ones
+    /// and __pycache__; a wasm plugin's manifest and modules), recorded by
+    /// the first instance that started with it. An instance whose files hash
+    /// otherwise does not run the plugin (`doctor` and `plugin list` say
+    /// so). After deploying new files, adopt them here once; running
+    /// instances take the new version at their next reload
+    /// (`POST /api/plugins/<name>/reload`) or start. `plugin install` adopts
+    /// what it installs. On a home's own store the record just follows its
+    /// files.
+    #[command(after_help = "Examples:\n  ctxhost plugin adopt memory")]
+    Adopt(NameArg),
 }
 
 /// List every plugin of the plugins dir: version, runtime, hooks, enabled, error.
@@ -204,6 +219,7 @@ pub fn exec(args: PluginArgs, home: &Home) -> CliResult {
         PluginCommand::Enable(a) => enable(&a.name, true, home, &mut out)?,
         PluginCommand::Disable(a) => enable(&a.name, false, home, &mut out)?,
         PluginCommand::Grant(a) => grant(&a, home, &mut out)?,
+        PluginCommand::Adopt(a) => adopt(&a.name, home, &mut out)?,
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
@@ -298,6 +314,28 @@ fn install(args: InstallArgs, home: &Home, out: &mut impl Write) -> Outcome {
     }
     if !done.enabled {
         writeln!(out, "  disabled (turn it on with `ctxhost plugin enable {}`)", done.name)?;
+    }
+    Ok(())
+}
+
+fn adopt(name: &str, home: &Home, out: &mut impl Write) -> Outcome {
+    let config = load_config(home)?;
+    let cx = LoadContext { home, config: &config, host_env: &LoadContext::process_env };
+    let done = crate::app::catalog::adopt(&cx, name)?;
+    writeln!(
+        out,
+        "Recorded {} {} ({}) as the version every instance runs",
+        done.name, done.version, done.content_hash
+    )?;
+    if let Some(old) = &done.replaced {
+        writeln!(out, "  in place of {old}")?;
+    }
+    if done.shared {
+        writeln!(
+            out,
+            "  running instances take it at their next reload (`POST /api/plugins/{}/reload`) or start",
+            done.name
+        )?;
     }
     Ok(())
 }

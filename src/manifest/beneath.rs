@@ -21,7 +21,7 @@ use std::ffi::{CString, OsStr};
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
 
 /// Plugin manifests (`plugin.toml`, `plugin.json`) are read up to this size.
@@ -157,6 +157,84 @@ impl Root {
         self.open_file(rel).is_ok()
     }
 
+    /// The entries of this directory (not `.` and `..`), each with its type
+    /// as the directory says it (a symlink is a [`EntryKind::Symlink`],
+    /// never followed), in no particular order.
+    ///
+    /// # Errors
+    /// The directory cannot be opened for reading or read.
+    pub fn list(&self) -> Result<Vec<(std::ffi::OsString, EntryKind)>, BeneathError> {
+        let fail = |reason| BeneathError { path: self.path.clone(), reason };
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        // SAFETY: a valid dir fd and a NUL-terminated name; the fd is owned below.
+        let fd = retry(|| unsafe { libc::openat(self.fd.as_raw_fd(), c".".as_ptr(), flags) })
+            .map_err(|e| fail(io_refusal(e)))?;
+        let raw = std::os::fd::IntoRawFd::into_raw_fd(fd);
+        // SAFETY: `raw` is an open directory fd that fdopendir takes over
+        // (closed by closedir below, or here when fdopendir fails).
+        let dir = unsafe { libc::fdopendir(raw) };
+        if dir.is_null() {
+            let e = std::io::Error::last_os_error();
+            // SAFETY: fdopendir failed, so `raw` is still ours to close.
+            unsafe { libc::close(raw) };
+            return Err(fail(Refusal::Io(e)));
+        }
+        let mut out = Vec::new();
+        let mut failure = None;
+        loop {
+            // SAFETY: errno is thread-local; cleared to tell the end from an error.
+            unsafe { *libc::__errno_location() = 0 };
+            // SAFETY: `dir` is a valid DIR stream until closedir below.
+            let entry = unsafe { libc::readdir(dir) };
+            if entry.is_null() {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error().unwrap_or(0) != 0 {
+                    failure = Some(e);
+                }
+                break;
+            }
+            // SAFETY: readdir returned a valid entry whose d_name is NUL-terminated.
+            let name = unsafe { std::ffi::CStr::from_ptr((*entry).d_name.as_ptr()) };
+            let name = OsStr::from_bytes(name.to_bytes());
+            if name == "." || name == ".." {
+                continue;
+            }
+            out.push(name.to_owned());
+        }
+        // SAFETY: `dir` came from fdopendir and is closed once.
+        unsafe { libc::closedir(dir) };
+        if let Some(e) = failure {
+            return Err(fail(Refusal::Io(e)));
+        }
+        out.into_iter()
+            .map(|name| {
+                let kind = entry_kind(self.fd.as_fd(), &name)
+                    .map_err(|e| BeneathError { path: self.path.join(&name), reason: io_refusal(e) })?;
+                Ok((name, kind))
+            })
+            .collect()
+    }
+
+    /// The target of the symbolic link `rel` (read, never followed).
+    ///
+    /// # Errors
+    /// `..`/absolute, a symlink on the way, or `rel` is not a link.
+    pub fn read_link(&self, rel: &Path) -> Result<PathBuf, BeneathError> {
+        let path = self.path.join(rel);
+        let fail = |reason| BeneathError { path: path.clone(), reason };
+        let (parent, last) = self.walk(rel).map_err(fail)?;
+        let Some(last) = last else { return Err(fail(Refusal::NotAFile)) };
+        let c = cstring(&last).map_err(|e| fail(Refusal::Io(e)))?;
+        let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
+        // SAFETY: a valid dir fd, a NUL-terminated name and a buffer of the given length.
+        let n = unsafe { libc::readlinkat(parent.as_raw_fd(), c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            return Err(fail(io_refusal(std::io::Error::last_os_error())));
+        }
+        buf.truncate(n as usize);
+        Ok(PathBuf::from(std::ffi::OsString::from_vec(buf)))
+    }
+
     /// The parent directory of `rel`'s last component, opened without
     /// following links, and that last component (`None` for `.` or empty).
     fn walk(&self, rel: &Path) -> Result<(OwnedFd, Option<std::ffi::OsString>), Refusal> {
@@ -175,6 +253,37 @@ impl Root {
         }
         Ok((dir, last))
     }
+}
+
+/// What a directory entry is, without following it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A regular file; `executable` when its owner may execute it.
+    File {
+        executable: bool,
+    },
+    Dir,
+    Symlink,
+    /// A FIFO, socket or device.
+    Other,
+}
+
+fn entry_kind(dir: BorrowedFd<'_>, name: &OsStr) -> std::io::Result<EntryKind> {
+    let c = cstring(name)?;
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: a valid dir fd, NUL-terminated name and a buffer of the right type.
+    let rc = unsafe { libc::fstatat(dir.as_raw_fd(), c.as_ptr(), st.as_mut_ptr(), libc::AT_SYMLINK_NOFOLLOW) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fstatat filled `st` when it returned 0.
+    let mode = unsafe { st.assume_init() }.st_mode;
+    Ok(match mode & libc::S_IFMT {
+        libc::S_IFREG => EntryKind::File { executable: mode & libc::S_IXUSR != 0 },
+        libc::S_IFDIR => EntryKind::Dir,
+        libc::S_IFLNK => EntryKind::Symlink,
+        _ => EntryKind::Other,
+    })
 }
 
 /// Reads the regular file at the absolute path `path` — one the host made

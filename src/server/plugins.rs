@@ -96,7 +96,9 @@ pub(crate) async fn scaffold(State(state): State<Arc<AppState>>, bytes: Bytes) -
 /// `POST /api/plugins/{name}/reload`: 200 with the new version's facts, 400
 /// on a bad plugin (the old version keeps running), 404 when there is none.
 pub(crate) async fn reload(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> JsonReply {
-    match reload::reload(&state, &name).await {
+    // The operator's reload: this instance's files become the version every
+    // instance on the store runs (the others reload and compare).
+    match reload::reload_with(&state, &name, crate::app::catalog::fleet::Rule::Adopt).await {
         Ok(done) => {
             reload::announce(&state, &name).await;
             JsonReply::ok(serde_json::to_value(done).unwrap_or_default())

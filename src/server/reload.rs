@@ -67,13 +67,25 @@ impl ReloadError {
 /// out of the stack and the agent loop instead (its stack slot stays for a
 /// later reload).
 pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded, ReloadError> {
+    reload_with(state, name, catalog::fleet::Rule::Record).await
+}
+
+/// [`reload`], with what it does to the store's record of the plugin's
+/// version: the reload route's is the operator's ([`catalog::fleet::Rule::Adopt`]:
+/// these files become the version every instance runs); a reload another
+/// instance asked for (the change feed), `--watch` and enable only compare.
+pub(crate) async fn reload_with(
+    state: &Arc<AppState>,
+    name: &str,
+    versions: catalog::fleet::Rule,
+) -> Result<Reloaded, ReloadError> {
     plugin_dir(state, name)?;
     let _one_at_a_time = state.reload_lock.lock().await;
     let loader = state.clone();
     let plugin_name = name.to_owned();
     let entry = tokio::task::spawn_blocking(move || {
         let cx = loader.load_context();
-        catalog::load_one(&plugin_name, &cx, &Options::start(&loader.config))
+        catalog::load_one(&plugin_name, &cx, &Options { versions, ..Options::start(&loader.config) })
     })
     .await
     .map_err(|e| ReloadError::Task(e.to_string()))?;

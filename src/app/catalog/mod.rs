@@ -17,6 +17,8 @@
 //! Never runs a hook: the only plugin code it may start is the confined,
 //! short-lived import check of [`import_check`], and only when asked.
 
+pub mod content;
+pub mod fleet;
 pub mod import_check;
 mod status;
 
@@ -50,6 +52,8 @@ pub struct Options {
     /// start learns the same from the plugin's `register`.
     pub import_check: bool,
     pub scope: Scope,
+    /// What the load does with the store's record of each plugin's version.
+    pub versions: fleet::Rule,
 }
 
 /// Which plugins a catalog load takes.
@@ -65,7 +69,12 @@ impl Options {
     /// A start or reload (`serve`, `run`): dependencies installed when
     /// config.toml's `[faustbot] install_deps_at_start` says so, else checked.
     pub fn start(config: &crate::config::HostConfig) -> Options {
-        Options { deps: Some(Install::at_start(config)), import_check: false, scope: Scope::All }
+        Options {
+            deps: Some(Install::at_start(config)),
+            import_check: false,
+            scope: Scope::All,
+            versions: fleet::Rule::Record,
+        }
     }
 
     /// [`Options::start`] for the context stack's plugins only.
@@ -75,13 +84,13 @@ impl Options {
 
     /// A report (`doctor`, `plugin list`): everything checked, nothing installed.
     pub fn check() -> Options {
-        Options { deps: Some(Install::Never), import_check: true, scope: Scope::All }
+        Options { deps: Some(Install::Never), import_check: true, scope: Scope::All, versions: fleet::Rule::Look }
     }
 
     /// A quick look (`GET /api/plugins` at a plugin that appeared while the
     /// daemon runs): loaded, no python started.
     pub fn glance() -> Options {
-        Options { deps: None, import_check: false, scope: Scope::All }
+        Options { deps: None, import_check: false, scope: Scope::All, versions: fleet::Rule::Look }
     }
 }
 
@@ -302,6 +311,44 @@ impl Catalog {
 
 const RELOAD_FAILED: &str = "a reload failed: ";
 
+/// What [`adopt`] recorded.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Adopted {
+    pub name: String,
+    pub content_hash: String,
+    pub version: String,
+    /// The store is shared with other homes (else the record only follows this one's files).
+    pub shared: bool,
+    /// The hash recorded before, if another.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<String>,
+}
+
+/// Records the files of plugin `name` in this home as the version every
+/// instance on the store runs ([`fleet::Rule::Adopt`]): the operator's
+/// deliberate step after deploying new files (`ctxhost plugin adopt`, and
+/// `plugin install`). Instances already running take it at their next
+/// reload or start.
+///
+/// # Errors
+/// No such plugin, its files cannot be hashed, or the store fails.
+pub fn adopt(cx: &LoadContext<'_>, name: &str) -> Result<Adopted, registry::RegistryError> {
+    let dir = registry::plugin_dir(cx.home, name)?;
+    let content_hash = content::content_hash(&dir)
+        .map_err(|source| registry::RegistryError::Content { name: name.to_owned(), source })?;
+    let version = Peek::read(&dir).version;
+    let store = crate::host::store::open(cx.home)?;
+    let before = store.plugin_version(name)?;
+    store.record_plugin_version(&fleet::record(cx, name, &content_hash, &version), true)?;
+    Ok(Adopted {
+        name: name.to_owned(),
+        shared: store.shared(),
+        replaced: before.map(|b| b.hash).filter(|h| *h != content_hash),
+        content_hash,
+        version,
+    })
+}
+
 /// The one path from a plugin's name to its entry: discover (a plugin dir
 /// of either kind), enabled?, prepare (FaustBot dependencies), load
 /// (`plugin::load_plugin`'s loaders), check (launcher, `[[requires]]`).
@@ -327,6 +374,8 @@ pub fn load_one(name: &str, cx: &LoadContext<'_>, options: &Options) -> Entry {
         entry.fail(format!("`{}` has no {MANIFEST_FILE} or {}", dir.display(), crate::faust::PLUGIN_JSON));
         return entry;
     }
+    let hash = content::content_hash(&dir);
+    entry.status.content_hash = hash.as_ref().ok().cloned();
     if !enabled {
         describe_disabled(&dir, cx, &mut entry.status);
         return entry;
@@ -384,9 +433,35 @@ pub fn load_one(name: &str, cx: &LoadContext<'_>, options: &Options) -> Entry {
         let error = format!("cannot run: it needs {} not found on PATH", names.join(", "));
         entry.fail(error);
     } else {
-        entry.plugin = Some(Arc::new(plugin));
+        match one_version(name, &hash, &plugin.version, cx, options.versions) {
+            Ok(warning) => {
+                entry.status.warnings.extend(warning);
+                entry.plugin = Some(Arc::new(plugin));
+            }
+            Err(error) => entry.fail(error),
+        }
     }
     entry
+}
+
+/// Whether plugin `name`, whose files hash to `hash`, may run here: the
+/// store's record of its version ([`fleet`]). A hash that cannot be computed
+/// refuses the plugin on a shared store (its version cannot be told) and is
+/// a warning on a home's own one.
+fn one_version(
+    name: &str,
+    hash: &Result<String, content::ContentError>,
+    version: &str,
+    cx: &LoadContext<'_>,
+    rule: fleet::Rule,
+) -> Result<Option<String>, String> {
+    match hash {
+        Ok(hash) => fleet::check(cx, name, hash, version, rule).map(|()| None),
+        Err(e) if matches!(crate::host::store::store_url(cx.home), Ok(Some(_))) => {
+            Err(format!("its version cannot be told, so it cannot be compared with the other instances': {e}"))
+        }
+        Err(e) => Ok(Some(format!("its content hash cannot be computed: {e}"))),
+    }
 }
 
 /// What a script plugin's load tells beyond [`LoadedPlugin`].

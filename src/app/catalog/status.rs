@@ -76,6 +76,10 @@ pub struct PluginStatus {
     pub in_stack: bool,
     /// A member of the agent loop.
     pub in_agent_loop: bool,
+    /// `sha256:<hex>` over the files that define it (`content.rs`): what
+    /// instances on one store compare.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_hash: Option<String>,
 }
 
 impl PluginStatus {
@@ -102,6 +106,7 @@ impl PluginStatus {
             missing_binaries: Vec::new(),
             in_stack: false,
             in_agent_loop: false,
+            content_hash: None,
         }
     }
 

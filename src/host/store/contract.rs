@@ -242,3 +242,45 @@ pub fn claims_and_leases(s: &dyn Store) {
     assert!(s.lease_take("schedule:p/a", "one", long).unwrap(), "ran out: taken over");
     assert!(!s.lease_take("schedule:p/a", "two", long).unwrap());
 }
+
+fn version(plugin: &str, hash: &str, by: &str) -> super::PluginVersion {
+    super::PluginVersion {
+        plugin: plugin.into(),
+        hash: hash.into(),
+        version: "1.0.0".into(),
+        recorded_by: by.into(),
+        recorded_at: 1_700_000_000,
+    }
+}
+
+/// Plugin versions: the first record stays unless replaced; each plugin its own.
+pub fn plugin_versions(s: &dyn Store) {
+    assert_eq!(s.plugin_version("p").unwrap(), None);
+    let first = version("p", "sha256:aa", "host-a:/a");
+    assert_eq!(s.record_plugin_version(&first, false).unwrap(), first);
+    // A second instance with other files finds the first's record in force.
+    assert_eq!(s.record_plugin_version(&version("p", "sha256:bb", "host-b:/b"), false).unwrap(), first);
+    assert_eq!(s.plugin_version("p").unwrap(), Some(first.clone()));
+    // The operator's record replaces it.
+    let adopted = version("p", "sha256:bb", "host-b:/b");
+    assert_eq!(s.record_plugin_version(&adopted, true).unwrap(), adopted);
+    assert_eq!(s.plugin_version("p").unwrap(), Some(adopted));
+    assert_eq!(s.plugin_version("q").unwrap(), None, "one plugin's record is its own");
+}
+
+/// Two stores on one database recording the same plugin at once: both end
+/// up naming the same record.
+pub fn plugin_versions_race(s: Arc<dyn Store>, other: Arc<dyn Store>) {
+    let threads: Vec<_> = [(s, "sha256:aa"), (other, "sha256:bb")]
+        .into_iter()
+        .map(|(store, hash)| {
+            std::thread::spawn(move || {
+                (0..20)
+                    .map(|i| store.record_plugin_version(&version(&format!("p{i}"), hash, hash), false).unwrap())
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let results: Vec<Vec<super::PluginVersion>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    assert_eq!(results[0], results[1], "each plugin has one version in force, whoever got there first");
+}

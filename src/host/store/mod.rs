@@ -158,6 +158,21 @@ pub struct ImportFile {
     pub grants: Vec<(String, Value)>,
 }
 
+/// The version of a plugin the instances on a store run: its content hash
+/// (`sha256:<hex>` over the files that define it), recorded by the first
+/// instance that loaded it or by the operator ([`Store::record_plugin_version`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginVersion {
+    pub plugin: String,
+    pub hash: String,
+    /// The manifest's version string, for people.
+    pub version: String,
+    /// Who recorded it (`<host>:<home>`), for people.
+    pub recorded_by: String,
+    /// Unix seconds.
+    pub recorded_at: u64,
+}
+
 /// The state store. Every method blocks; each change is one transaction and
 /// leaves the store as it was when it fails.
 pub trait Store: Send + Sync {
@@ -278,6 +293,19 @@ pub trait Store: Send + Sync {
     /// may have recorded one since the caller looked); returns the grant in
     /// force.
     fn grant_first(&self, plugin: &str, grant: &Value) -> Result<Value, StoreError>;
+
+    /// Whether other homes (other ctxhost instances) may share this store:
+    /// `false` for the embedded SQLite file of one home.
+    fn shared(&self) -> bool;
+
+    /// The version recorded for `plugin`, if any.
+    fn plugin_version(&self, plugin: &str) -> Result<Option<PluginVersion>, StoreError>;
+
+    /// Records `record` as its plugin's version when none is recorded — or,
+    /// with `replace`, in place of the one that is — in one transaction;
+    /// returns the record in force afterwards (another instance's, when it
+    /// got there first and `replace` is false).
+    fn record_plugin_version(&self, record: &PluginVersion, replace: bool) -> Result<PluginVersion, StoreError>;
 
     /// Imports old state files in one transaction, records their sources and
     /// skips those recorded before. Rows replace rows; no quota applies (the

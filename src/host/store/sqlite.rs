@@ -26,7 +26,10 @@ use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, 
 use serde_json::{Map, Value};
 
 use super::quota::{StorageLimits, VfsLimits};
-use super::{Actor, DueStep, ImportFile, Node, Scope, Store, StoreError, StoreErrorKind, TriggerRecord, Usage, quota};
+use super::{
+    Actor, DueStep, ImportFile, Node, PluginVersion, Scope, Store, StoreError, StoreErrorKind, TriggerRecord, Usage,
+    quota,
+};
 
 const BACKEND: &str = "sqlite";
 
@@ -34,7 +37,8 @@ const BACKEND: &str = "sqlite";
 /// `plugin_storage`, `plugin_config`, `plugin_state`, `store_imports`, and
 /// `store_meta` (which holds the version). Version 2 (lease stream):
 /// `leases` (who holds a named lease until when, [`Store::lease_take`]).
-/// Version 3 (notify stream): `plugin_grants`.
+/// Version 3 (notify stream): `plugin_grants`. Version 4 (hash stream):
+/// `plugin_versions` (each plugin's content hash, [`Store::record_plugin_version`]).
 pub const SCHEMA_VERSION: u32 = STEPS.len() as u32 + 1;
 
 /// How long a change waits for another process's transaction.
@@ -110,7 +114,19 @@ CREATE TABLE plugin_grants (
 
 /// The steps from version `n` to `n + 1`, `STEPS[n - 1]` (version 1 is
 /// made whole by `SCHEMA_V1`).
-const STEPS: &[&str] = &[SCHEMA_V2, SCHEMA_V3];
+const STEPS: &[&str] = &[SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
+
+// hash: schema version 4 (renumber at merge): each plugin's recorded
+// content hash, the version the instances on a store run.
+const SCHEMA_V4: &str = "
+CREATE TABLE plugin_versions (
+    plugin TEXT PRIMARY KEY,
+    hash TEXT NOT NULL,
+    version TEXT NOT NULL,
+    recorded_by TEXT NOT NULL,
+    recorded_at INTEGER NOT NULL
+);
+";
 
 /// Milliseconds since the epoch on this machine's clock (the lease clock of
 /// a store only this machine uses).
@@ -339,6 +355,23 @@ fn put_grant(tx: &Connection, op: &'static str, plugin: &str, grant: &Value) -> 
 }
 
 /// `(count, sum)` of a `SELECT COUNT(*), COALESCE(SUM(bytes), 0) …`.
+fn get_version(conn: &Connection, op: &'static str, plugin: &str) -> Result<Option<PluginVersion>, StoreError> {
+    conn.prepare_cached("SELECT plugin, hash, version, recorded_by, recorded_at FROM plugin_versions WHERE plugin = ?1")
+        .and_then(|mut s| {
+            s.query_row([plugin], |r| {
+                Ok(PluginVersion {
+                    plugin: r.get(0)?,
+                    hash: r.get(1)?,
+                    version: r.get(2)?,
+                    recorded_by: r.get(3)?,
+                    recorded_at: unsecs(r.get(4)?),
+                })
+            })
+            .optional()
+        })
+        .map_err(fail(op))
+}
+
 fn usage(conn: &Connection, op: &'static str, sql: &str, p: impl rusqlite::Params) -> Result<Usage, StoreError> {
     let (n, b): (i64, i64) =
         conn.prepare_cached(sql).and_then(|mut s| s.query_row(p, |r| Ok((r.get(0)?, r.get(1)?)))).map_err(fail(op))?;
@@ -916,6 +949,38 @@ impl Store for SqliteStore {
         })
     }
 
+    fn shared(&self) -> bool {
+        false
+    }
+
+    fn plugin_version(&self, plugin: &str) -> Result<Option<PluginVersion>, StoreError> {
+        const OP: &str = "plugin_version";
+        self.read(OP, |c| get_version(c, OP, plugin))
+    }
+
+    fn record_plugin_version(&self, record: &PluginVersion, replace: bool) -> Result<PluginVersion, StoreError> {
+        const OP: &str = "record_plugin_version";
+        let verb = if replace { "INSERT OR REPLACE" } else { "INSERT OR IGNORE" };
+        self.write(OP, |tx| {
+            tx.prepare_cached(&format!(
+                "{verb} INTO plugin_versions (plugin, hash, version, recorded_by, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5)"
+            ))
+            .and_then(|mut s| {
+                s.execute(params![
+                    record.plugin,
+                    record.hash,
+                    record.version,
+                    record.recorded_by,
+                    secs(record.recorded_at)
+                ])
+            })
+            .map_err(fail(OP))?;
+            get_version(tx, OP, &record.plugin)?.ok_or_else(|| {
+                refuse(OP, StoreErrorKind::Backend(format!("the version of plugin '{}' did not stay", record.plugin)))
+            })
+        })
+    }
+
     fn import(&self, files: &[ImportFile]) -> Result<(), StoreError> {
         const OP: &str = "import";
         let now = secs(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()));
@@ -1035,6 +1100,31 @@ mod tests {
     fn storage_scopes_quota_and_usage() {
         let (_dir, s) = open();
         contract::storage(&s);
+    }
+
+    #[test]
+    fn plugin_versions_and_the_upgrade_from_the_version_before() {
+        let (dir, s) = open();
+        contract::plugin_versions(&s);
+        assert!(!s.shared(), "one home's file");
+        let on_file = || Arc::new(SqliteStore::open(&dir.path().join("state.db")).unwrap());
+        contract::plugin_versions_race(on_file(), on_file());
+        drop(s);
+        // A file of the version before (an older ctxhost's) gains the table and keeps its rows.
+        let db = dir.path().join("state.db");
+        let c = Connection::open(&db).unwrap();
+        c.execute_batch(&format!(
+            "DROP TABLE plugin_versions; UPDATE store_meta SET value = '{}' WHERE key = 'schema_version';
+             INSERT OR REPLACE INTO plugin_state (plugin, enabled) VALUES ('kept', 0);",
+            SCHEMA_VERSION - 1
+        ))
+        .unwrap();
+        drop(c);
+        let s = SqliteStore::open(&db).unwrap();
+        assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+        assert_eq!(s.plugin_choice("kept").unwrap(), Some(false));
+        assert_eq!(s.plugin_version("p").unwrap(), None);
+        contract::plugin_versions(&s);
     }
 
     #[test]

@@ -142,6 +142,17 @@ CREATE TABLE changes (
 );
 CREATE INDEX changes_at ON changes (at);
 ",
+    // hash: version 4 (renumber at merge): each plugin's recorded content
+    // hash, the version the instances on a store run.
+    "
+CREATE TABLE plugin_versions (
+    plugin TEXT PRIMARY KEY,
+    hash TEXT NOT NULL,
+    version TEXT NOT NULL,
+    recorded_by TEXT NOT NULL,
+    recorded_at BIGINT NOT NULL
+);
+",
 ];
 
 /// The schema version this build writes.
@@ -494,6 +505,11 @@ mod tests {
         contract::claims_and_leases(&fresh());
         let db = super::pg::database();
         contract::concurrent_writers(Arc::new(open(&db.url)), Arc::new(open(&db.url)));
+        let s = fresh();
+        assert!(s.shared());
+        contract::plugin_versions(&s);
+        let db = super::pg::database();
+        contract::plugin_versions_race(Arc::new(open(&db.url)), Arc::new(open(&db.url)));
     }
 
     /// Two instances claiming the due triggers of one database at once: each

@@ -35,7 +35,7 @@ use super::{BACKEND, Credentials, Pg};
 use crate::host::store::feed::ChangeKind;
 use crate::host::store::quota::{self, StorageLimits, VfsLimits};
 use crate::host::store::{
-    Actor, DueStep, ImportFile, Node, Scope, Store, StoreError, StoreErrorKind, TriggerRecord, Usage,
+    Actor, DueStep, ImportFile, Node, PluginVersion, Scope, Store, StoreError, StoreErrorKind, TriggerRecord, Usage,
 };
 
 /// Advisory lock classes (the first key of `pg_advisory_xact_lock(int, int)`).
@@ -104,6 +104,16 @@ fn trigger_from_row(op: &'static str, row: &Row) -> Result<TriggerRecord, StoreE
         id,
         trigger,
     })
+}
+
+fn version_from_row(row: &Row) -> PluginVersion {
+    PluginVersion {
+        plugin: row.get(0),
+        hash: row.get(1),
+        version: row.get(2),
+        recorded_by: row.get(3),
+        recorded_at: unsecs(row.get(4)),
+    }
 }
 
 fn check_owner(op: &'static str, actor: Actor<'_>, id: &str, owner: Option<&str>) -> Result<(), StoreError> {
@@ -897,6 +907,52 @@ impl Store for PostgresStore {
             found.ok_or_else(|| {
                 refuse(OP, StoreErrorKind::Backend(format!("the grant of plugin '{plugin}' went while recording it")))
             })
+        })
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn plugin_version(&self, plugin: &str) -> Result<Option<PluginVersion>, StoreError> {
+        const OP: &str = "plugin_version";
+        let row = self.read(OP, async |c| {
+            self.one_opt(
+                c,
+                OP,
+                "SELECT plugin, hash, version, recorded_by, recorded_at FROM plugin_versions WHERE plugin = $1",
+                &[&plugin],
+            )
+            .await
+        })?;
+        Ok(row.as_ref().map(version_from_row))
+    }
+
+    fn record_plugin_version(&self, record: &PluginVersion, replace: bool) -> Result<PluginVersion, StoreError> {
+        const OP: &str = "record_plugin_version";
+        let sql = if replace {
+            "INSERT INTO plugin_versions (plugin, hash, version, recorded_by, recorded_at) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (plugin) DO UPDATE SET hash = excluded.hash, version = excluded.version, \
+             recorded_by = excluded.recorded_by, recorded_at = excluded.recorded_at"
+        } else {
+            "INSERT INTO plugin_versions (plugin, hash, version, recorded_by, recorded_at) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (plugin) DO NOTHING"
+        };
+        let at = secs(record.recorded_at);
+        let row = self.write(OP, async |tx| {
+            // Two instances recording at once: the second waits on the
+            // first's row and then reads it.
+            self.exec(tx, OP, sql, &[&record.plugin, &record.hash, &record.version, &record.recorded_by, &at]).await?;
+            self.one_opt(
+                tx,
+                OP,
+                "SELECT plugin, hash, version, recorded_by, recorded_at FROM plugin_versions WHERE plugin = $1",
+                &[&record.plugin],
+            )
+            .await
+        })?;
+        row.as_ref().map(version_from_row).ok_or_else(|| {
+            refuse(OP, StoreErrorKind::Backend(format!("the version of plugin '{}' did not stay", record.plugin)))
         })
     }
 
