@@ -31,6 +31,7 @@
 //! of a PostgreSQL store ([`feed`]: what every change through one instance
 //! tells the others), which its store methods write in their transactions.
 
+mod columns;
 #[cfg(test)]
 mod contract;
 pub mod feed;

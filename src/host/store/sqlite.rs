@@ -17,6 +17,7 @@
 //! Every method blocks: callers on the async runtime use
 //! [`super::off_runtime`]. This module never decides what a record means.
 
+use super::columns::{below_end, count, json_text, parse_json, scope_cols, secs, unsecs};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -195,43 +196,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Unix seconds as SQLite's integer (which is signed).
-fn secs(s: u64) -> i64 {
-    i64::try_from(s).unwrap_or(i64::MAX)
-}
-
-fn unsecs(s: i64) -> u64 {
-    u64::try_from(s).unwrap_or(0)
-}
-
-fn count(n: i64) -> usize {
-    usize::try_from(n).unwrap_or(0)
-}
-
-fn json_text(op: &'static str, value: &Value) -> Result<String, StoreError> {
-    serde_json::to_string(value)
-        .map_err(|e| refuse(op, StoreErrorKind::Backend(format!("cannot serialise a value: {e}"))))
-}
-
-fn parse_json<T: serde::de::DeserializeOwned>(op: &'static str, what: String, text: &str) -> Result<T, StoreError> {
-    serde_json::from_str(text).map_err(|e| refuse(op, StoreErrorKind::Corrupt { what, reason: e.to_string() }))
-}
-
-/// The exclusive upper bound of the paths below `prefix` (which ends in `/`):
-/// `/` is followed by `0` in byte order.
-fn below_end(prefix: &str) -> String {
-    let mut end = prefix.trim_end_matches('/').to_owned();
-    end.push('0');
-    end
-}
-
-/// `(scope, agent)` columns of a scope.
-fn scope_cols(scope: Scope<'_>) -> (&'static str, &str) {
-    match scope {
-        Scope::Global => ("global", ""),
-        Scope::Session(agent) => ("session", agent),
-    }
-}
-
 /// A row of `vfs_nodes` back as a node.
 fn node_from_row(op: &'static str, path: &str, row: &rusqlite::Row<'_>) -> Result<Node, StoreError> {
     let get = |i| -> Result<Option<String>, StoreError> { row.get(i).map_err(fail(op)) };
@@ -258,7 +222,7 @@ fn trigger_from_row(op: &'static str, row: &rusqlite::Row<'_>) -> Result<Trigger
     let fired: Option<i64> = row.get(2).map_err(fail(op))?;
     let wake: Option<i64> = row.get(3).map_err(fail(op))?;
     let body: String = row.get(4).map_err(fail(op))?;
-    let trigger: Map<String, Value> = parse_json(op, format!("trigger `{id}`"), &body)?;
+    let trigger: Map<String, Value> = parse_json(BACKEND, op, format!("trigger `{id}`"), &body)?;
     Ok(TriggerRecord { id, trigger, created: unsecs(created), fired: fired.map(unsecs), wake: wake.map(unsecs) })
 }
 
@@ -273,7 +237,7 @@ fn get_trigger(conn: &Connection, op: &'static str, id: &str) -> Result<Option<T
 }
 
 fn put_trigger(tx: &Connection, op: &'static str, r: &TriggerRecord) -> Result<(), StoreError> {
-    let body = json_text(op, &Value::Object(r.trigger.clone()))?;
+    let body = json_text(BACKEND, op, &Value::Object(r.trigger.clone()))?;
     tx.prepare_cached(
         "INSERT OR REPLACE INTO triggers (id, owner, created, fired, wake, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )
@@ -325,7 +289,7 @@ fn put_storage(
 }
 
 fn put_config(tx: &Connection, op: &'static str, plugin: &str, key: &str, value: &Value) -> Result<(), StoreError> {
-    let text = json_text(op, value)?;
+    let text = json_text(BACKEND, op, value)?;
     tx.prepare_cached("INSERT OR REPLACE INTO plugin_config (plugin, key, value) VALUES (?1, ?2, ?3)")
         .and_then(|mut s| s.execute(params![plugin, key, text]))
         .map_err(fail(op))?;
@@ -347,7 +311,7 @@ fn get_grant(conn: &Connection, op: &'static str, plugin: &str) -> Result<Option
 }
 
 fn put_grant(tx: &Connection, op: &'static str, plugin: &str, grant: &Value) -> Result<(), StoreError> {
-    let text = json_text(op, grant)?;
+    let text = json_text(BACKEND, op, grant)?;
     tx.prepare_cached("INSERT OR REPLACE INTO plugin_grants (plugin, grant_json) VALUES (?1, ?2)")
         .and_then(|mut s| s.execute(params![plugin, text]))
         .map_err(fail(op))?;
@@ -802,7 +766,7 @@ impl Store for SqliteStore {
             .and_then(|mut s| s.query_row(params![plugin, scope_col, agent, key], |r| r.get(0)).optional())
             .map_err(fail(OP))
         })?;
-        text.map(|t| parse_json(OP, format!("storage value `{key}` of plugin '{plugin}'"), &t)).transpose()
+        text.map(|t| parse_json(BACKEND, OP, format!("storage value `{key}` of plugin '{plugin}'"), &t)).transpose()
     }
 
     fn storage_put(
@@ -814,7 +778,7 @@ impl Store for SqliteStore {
         limits: Option<&StorageLimits>,
     ) -> Result<(), StoreError> {
         const OP: &str = "storage_put";
-        let text = json_text(OP, value)?;
+        let text = json_text(BACKEND, OP, value)?;
         let (scope_col, agent) = scope_cols(scope);
         self.write(OP, |tx| {
             if let Some(limits) = limits {
@@ -870,7 +834,7 @@ impl Store for SqliteStore {
         })?;
         rows.into_iter()
             .map(|(k, text)| {
-                let value = parse_json(OP, format!("config value `{k}` of plugin '{plugin}'"), &text)?;
+                let value = parse_json(BACKEND, OP, format!("config value `{k}` of plugin '{plugin}'"), &text)?;
                 Ok((k, value))
             })
             .collect()
@@ -917,14 +881,14 @@ impl Store for SqliteStore {
     fn grant_get(&self, plugin: &str) -> Result<Option<Value>, StoreError> {
         const OP: &str = "grant_get";
         let text: Option<String> = self.read(OP, |c| get_grant(c, OP, plugin))?;
-        text.map(|t| parse_json(OP, format!("grant of plugin '{plugin}'"), &t)).transpose()
+        text.map(|t| parse_json(BACKEND, OP, format!("grant of plugin '{plugin}'"), &t)).transpose()
     }
 
     fn grant_set(&self, plugin: &str, grant: Option<&Value>) -> Result<Option<Value>, StoreError> {
         const OP: &str = "grant_set";
         self.write(OP, |tx| {
             let before = get_grant(tx, OP, plugin)?
-                .map(|t| parse_json::<Value>(OP, format!("grant of plugin '{plugin}'"), &t))
+                .map(|t| parse_json::<Value>(BACKEND, OP, format!("grant of plugin '{plugin}'"), &t))
                 .transpose()?;
             match grant {
                 Some(g) => put_grant(tx, OP, plugin, g)?,
@@ -941,7 +905,7 @@ impl Store for SqliteStore {
     fn grant_first(&self, plugin: &str, grant: &Value) -> Result<Value, StoreError> {
         const OP: &str = "grant_first";
         self.write(OP, |tx| match get_grant(tx, OP, plugin)? {
-            Some(t) => parse_json(OP, format!("grant of plugin '{plugin}'"), &t),
+            Some(t) => parse_json(BACKEND, OP, format!("grant of plugin '{plugin}'"), &t),
             None => {
                 put_grant(tx, OP, plugin, grant)?;
                 Ok(grant.clone())
@@ -1001,7 +965,7 @@ impl Store for SqliteStore {
                 }
                 for (plugin, agent, key, value) in &file.storage {
                     let scope = agent.as_deref().map_or(Scope::Global, Scope::Session);
-                    put_storage(tx, OP, plugin, scope, key, &json_text(OP, value)?)?;
+                    put_storage(tx, OP, plugin, scope, key, &json_text(BACKEND, OP, value)?)?;
                 }
                 for (plugin, key, value) in &file.config {
                     put_config(tx, OP, plugin, key, value)?;

@@ -22,6 +22,7 @@
 //! that is sent at the commit. An import (old files at the first open) tells
 //! nobody.
 
+use crate::host::store::columns::{below_end, count, json_text, parse_json, scope_cols, secs, unsecs};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -55,48 +56,12 @@ fn refuse(op: &'static str, kind: StoreErrorKind) -> StoreError {
     StoreError::new(BACKEND, op, kind)
 }
 
-fn secs(s: u64) -> i64 {
-    i64::try_from(s).unwrap_or(i64::MAX)
-}
-
-fn unsecs(s: i64) -> u64 {
-    u64::try_from(s).unwrap_or(0)
-}
-
-fn count(n: i64) -> usize {
-    usize::try_from(n).unwrap_or(0)
-}
-
-fn json_text(op: &'static str, value: &Value) -> Result<String, StoreError> {
-    serde_json::to_string(value)
-        .map_err(|e| refuse(op, StoreErrorKind::Backend(format!("cannot serialise a value: {e}"))))
-}
-
-fn parse_json<T: serde::de::DeserializeOwned>(op: &'static str, what: String, text: &str) -> Result<T, StoreError> {
-    serde_json::from_str(text).map_err(|e| refuse(op, StoreErrorKind::Corrupt { what, reason: e.to_string() }))
-}
-
-/// The exclusive upper bound of the paths below `prefix` (which ends in `/`):
-/// `/` is followed by `0` in byte order (the columns collate as "C").
-fn below_end(prefix: &str) -> String {
-    let mut end = prefix.trim_end_matches('/').to_owned();
-    end.push('0');
-    end
-}
-
-fn scope_cols(scope: Scope<'_>) -> (&'static str, &str) {
-    match scope {
-        Scope::Global => ("global", ""),
-        Scope::Session(agent) => ("session", agent),
-    }
-}
-
 const TRIGGER_COLS: &str = "id, created, fired, wake, body";
 
 fn trigger_from_row(op: &'static str, row: &Row) -> Result<TriggerRecord, StoreError> {
     let id: String = row.get(0);
     let body: String = row.get(4);
-    let trigger: Map<String, Value> = parse_json(op, format!("trigger `{id}`"), &body)?;
+    let trigger: Map<String, Value> = parse_json(BACKEND, op, format!("trigger `{id}`"), &body)?;
     Ok(TriggerRecord {
         created: unsecs(row.get(1)),
         fired: row.get::<_, Option<i64>>(2).map(unsecs),
@@ -244,7 +209,7 @@ impl PostgresStore {
     }
 
     async fn put_trigger(&self, tx: &Transaction<'_>, op: &'static str, r: &TriggerRecord) -> Result<(), StoreError> {
-        let body = json_text(op, &Value::Object(r.trigger.clone()))?;
+        let body = json_text(BACKEND, op, &Value::Object(r.trigger.clone()))?;
         self.exec(
             tx,
             op,
@@ -309,7 +274,7 @@ impl PostgresStore {
         key: &str,
         value: &Value,
     ) -> Result<(), StoreError> {
-        let text = json_text(op, value)?;
+        let text = json_text(BACKEND, op, value)?;
         self.exec(
             tx,
             op,
@@ -351,7 +316,7 @@ impl PostgresStore {
         plugin: &str,
         payload: &Value,
     ) -> Result<i64, StoreError> {
-        let text = json_text(op, payload)?;
+        let text = json_text(BACKEND, op, payload)?;
         self.exec(tx, op, "SELECT pg_advisory_xact_lock($1)", &[&LOCK_FEED]).await?;
         let row = self
             .one_opt(
@@ -385,7 +350,7 @@ impl PostgresStore {
             if for_update { " FOR UPDATE" } else { "" }
         );
         let text: Option<String> = self.one_opt(c, op, &sql, &[&plugin]).await?.map(|r| r.get(0));
-        text.map(|t| parse_json(op, format!("grant of plugin '{plugin}'"), &t)).transpose()
+        text.map(|t| parse_json(BACKEND, op, format!("grant of plugin '{plugin}'"), &t)).transpose()
     }
 
     async fn put_grant(
@@ -395,7 +360,7 @@ impl PostgresStore {
         plugin: &str,
         grant: &Value,
     ) -> Result<(), StoreError> {
-        let text = json_text(op, grant)?;
+        let text = json_text(BACKEND, op, grant)?;
         self.exec(
             tx,
             op,
@@ -738,7 +703,7 @@ impl Store for PostgresStore {
                 .await?;
             Ok(row.map(|r| r.get(0)))
         })?;
-        text.map(|t| parse_json(OP, format!("storage value `{key}` of plugin '{plugin}'"), &t)).transpose()
+        text.map(|t| parse_json(BACKEND, OP, format!("storage value `{key}` of plugin '{plugin}'"), &t)).transpose()
     }
 
     fn storage_put(
@@ -750,7 +715,7 @@ impl Store for PostgresStore {
         limits: Option<&StorageLimits>,
     ) -> Result<(), StoreError> {
         const OP: &str = "storage_put";
-        let text = json_text(OP, value)?;
+        let text = json_text(BACKEND, OP, value)?;
         let (scope_col, agent) = scope_cols(scope);
         self.write(OP, async |tx| {
             if let Some(limits) = limits {
@@ -817,7 +782,7 @@ impl Store for PostgresStore {
         rows.iter()
             .map(|r| {
                 let (k, text): (String, String) = (r.get(0), r.get(1));
-                let value = parse_json(OP, format!("config value `{k}` of plugin '{plugin}'"), &text)?;
+                let value = parse_json(BACKEND, OP, format!("config value `{k}` of plugin '{plugin}'"), &text)?;
                 Ok((k, value))
             })
             .collect()
@@ -892,7 +857,7 @@ impl Store for PostgresStore {
 
     fn grant_first(&self, plugin: &str, grant: &Value) -> Result<Value, StoreError> {
         const OP: &str = "grant_first";
-        let text = json_text(OP, grant)?;
+        let text = json_text(BACKEND, OP, grant)?;
         self.write(OP, async |tx| {
             // Another instance recording the first grant at once waits here,
             // then finds its record.
@@ -981,7 +946,7 @@ impl Store for PostgresStore {
                 }
                 for (plugin, agent, key, value) in &file.storage {
                     let scope = agent.as_deref().map_or(Scope::Global, Scope::Session);
-                    self.put_storage(tx, OP, plugin, scope, key, &json_text(OP, value)?).await?;
+                    self.put_storage(tx, OP, plugin, scope, key, &json_text(BACKEND, OP, value)?).await?;
                 }
                 for (plugin, key, value) in &file.config {
                     self.put_config(tx, OP, plugin, key, value).await?;
