@@ -326,7 +326,7 @@ CREATE INDEX IF NOT EXISTS journal_entries_owner ON journal_entries (owner) WHER
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Error texts kept per entry at most (bytes).
-const MAX_ERROR: usize = 4096;
+pub(super) const MAX_ERROR: usize = 4096;
 
 /// Entry columns, in [`info_from_row`]'s order.
 const INFO_COLUMNS: &str = "id, hook, target, agent, payload, origin, created_at, attempts, not_before, owner, lease_until, last_error, dead_at";
@@ -339,16 +339,16 @@ fn to_ms(t: SystemTime) -> i64 {
     t.duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-fn from_ms(ms: i64) -> SystemTime {
+pub(super) fn from_ms(ms: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
-fn duration_ms(d: Duration) -> i64 {
+pub(super) fn duration_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// `text` cut to at most [`MAX_ERROR`] bytes, on a character boundary.
-fn clip(text: &str) -> &str {
+pub(super) fn clip(text: &str) -> &str {
     if text.len() <= MAX_ERROR {
         return text;
     }

@@ -12,21 +12,19 @@
 //! decides what durable means). Must never run plugin code or read payloads.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
 use super::Pg;
 use crate::host::store::journal::{
-    Claimed, Claims, EntryId, EntryInfo, FailOutcome, Journal, JournalError, Lease, NewEntry, Owner, RetryPolicy,
+    Claimed, Claims, EntryId, EntryInfo, FailOutcome, Journal, JournalError, Lease, NewEntry, Owner, RetryPolicy, clip,
+    duration_ms, from_ms,
 };
 
 /// Now, in milliseconds of the database's clock.
 const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::BIGINT";
-
-/// Error texts kept per entry at most (bytes).
-const MAX_ERROR: usize = 4096;
 
 const INFO_COLUMNS: &str = "id, hook, target, agent, payload, origin, created_at, attempts, not_before, owner, \
                             lease_until, last_error, dead_at";
@@ -41,25 +39,6 @@ pub struct PostgresJournal {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 struct Text(String);
-
-fn from_ms(ms: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-}
-
-fn duration_ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-fn clip(text: &str) -> &str {
-    if text.len() <= MAX_ERROR {
-        return text;
-    }
-    let mut end = MAX_ERROR;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
 
 fn attempts(n: i32) -> u32 {
     u32::try_from(n).unwrap_or(0)
