@@ -282,7 +282,10 @@ impl Metrics {
     /// changed since `seen` (which this updates): what a sampler needs, at
     /// the cost of copying only what changed. The percentiles are computed
     /// after the lock is let go, so recording calls never waits on them.
-    pub fn changed_since(&self, seen: &mut BTreeMap<(String, HookName), (u64, u64)>) -> Vec<(String, HookName, HookMetrics)> {
+    pub fn changed_since(
+        &self,
+        seen: &mut BTreeMap<(String, HookName), (u64, u64)>,
+    ) -> Vec<(String, HookName, HookMetrics)> {
         let changed: Vec<((String, HookName), Stats)> = {
             let stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
             stats

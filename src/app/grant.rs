@@ -56,12 +56,12 @@ pub struct Granted {
 #[derive(Debug, thiserror::Error)]
 pub enum GrantError {
     #[error(transparent)]
-    NotFound(#[from] RegistryError),
+    NotFound(#[from] Box<RegistryError>),
     #[error("plugin '{name}': {source}")]
     Manifest {
         name: String,
         #[source]
-        source: crate::manifest::ManifestError,
+        source: Box<crate::manifest::ManifestError>,
     },
     #[error("`env`: {0:?} is not a valid environment variable name (empty, or holds `=` or NUL)")]
     BadEnv(String),
@@ -76,7 +76,7 @@ pub enum GrantError {
 /// No such plugin, a manifest that does not load, a bad variable name, or
 /// the records cannot be read or written.
 pub fn grant(home: &Home, name: &str, change: &GrantChange) -> Result<Granted, GrantError> {
-    let dir = registry::plugin_dir(home, name)?;
+    let dir = registry::plugin_dir(home, name).map_err(Box::new)?;
     if let Some(bad) = change.add_env.iter().find(|v| !crate::manifest::valid_env_name(v)) {
         return Err(GrantError::BadEnv(bad.clone()));
     }
@@ -87,7 +87,7 @@ pub fn grant(home: &Home, name: &str, change: &GrantChange) -> Result<Granted, G
     } else {
         let lookup = |v: &str| std::env::var(v).ok();
         let loaded = crate::manifest::Manifest::load_with_env(&dir, &lookup)
-            .map_err(|source| GrantError::Manifest { name: name.to_owned(), source })?;
+            .map_err(|source| GrantError::Manifest { name: name.to_owned(), source: Box::new(source) })?;
         Grant::requested(&loaded.manifest.settings)
     };
     requested.allow_network |= change.network;
@@ -156,13 +156,7 @@ mod tests {
         };
         assert_eq!(
             opens(Some(&before), &after),
-            [
-                "the whole filesystem",
-                "read /b",
-                "write /w",
-                "host variable KEY",
-                "source builds (pip runs build code)"
-            ]
+            ["the whole filesystem", "read /b", "write /w", "host variable KEY", "source builds (pip runs build code)"]
         );
         assert!(opens(Some(&after), &before).is_empty(), "narrowing opens nothing");
         assert_eq!(opens(None, &before), ["network access", "read /a"]);

@@ -615,7 +615,10 @@ impl StackEngine {
 
 /// The built-in engine's part in a request, noted in the request's trace
 /// (`metrics::traced`) as plugin `default`; not counted in the metrics.
-async fn timed_default<T>(hook: HookName, f: impl std::future::Future<Output = Result<T, EngineError>>) -> Result<T, EngineError> {
+async fn timed_default<T>(
+    hook: HookName,
+    f: impl std::future::Future<Output = Result<T, EngineError>>,
+) -> Result<T, EngineError> {
     let start = std::time::Instant::now();
     let out = f.await;
     let outcome = if out.is_ok() { crate::metrics::CallOutcome::Success } else { crate::metrics::CallOutcome::Failure };

@@ -107,13 +107,8 @@ impl LogRing {
         let first_held = ring.lines.front().map_or(ring.next, |l| l.seq);
         let missed = first_held.saturating_sub(after.saturating_add(1));
         let start = ring.lines.partition_point(|l| l.seq <= after);
-        let lines = ring
-            .lines
-            .range(start..)
-            .filter(|l| plugin.is_none_or(|p| l.plugin == p))
-            .take(limit)
-            .cloned()
-            .collect();
+        let lines =
+            ring.lines.range(start..).filter(|l| plugin.is_none_or(|p| l.plugin == p)).take(limit).cloned().collect();
         (lines, ring.dropped, missed)
     }
 
@@ -217,7 +212,9 @@ pub(crate) async fn stream(State(state): State<Arc<AppState>>, Query(q): Query<L
     let follow = q.follow.unwrap_or(true);
     tokio::spawn(async move {
         let event = |l: &LogLine| Event::default().event("line").id(l.seq.to_string()).json_data(l).ok();
-        if missed > 0 && tx.send(Event::default().event("dropped").data(json!({"dropped": missed}).to_string())).await.is_err() {
+        if missed > 0
+            && tx.send(Event::default().event("dropped").data(json!({"dropped": missed}).to_string())).await.is_err()
+        {
             return;
         }
         let mut last = q.after;

@@ -62,8 +62,8 @@ use crate::host::LoadContext;
 use crate::protocol::BootstrapRequest;
 
 pub use access::TARGET as LOG_TARGET;
-pub use logs::capture_layer;
 pub use auth::AddressPolicyError;
+pub use logs::capture_layer;
 
 /// How long shutdown waits for pending `after_turn` calls.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);

@@ -63,13 +63,11 @@ pub(crate) async fn disable(State(state): State<Arc<AppState>>, Path(name): Path
 }
 
 async fn switch(state: &Arc<AppState>, name: String, enabled: bool) -> JsonReply {
-    let plugin_state = |state: &AppState| {
-        state.catalog.entry(&name).map_or(json!(null), |e| json!(e.status.state))
-    };
+    let plugin_state = |state: &AppState| state.catalog.entry(&name).map_or(json!(null), |e| json!(e.status.state));
     match set_enabled(state, &name, enabled).await {
-        Switched::Done { active } => JsonReply::ok(
-            json!({"name": name, "enabled": enabled, "state": plugin_state(state), "active": active}),
-        ),
+        Switched::Done { active } => {
+            JsonReply::ok(json!({"name": name, "enabled": enabled, "state": plugin_state(state), "active": active}))
+        }
         Switched::NotStarted(e) => JsonReply::with_status(
             StatusCode::BAD_REQUEST,
             json!({"name": name, "enabled": enabled, "state": plugin_state(state), "error": e.to_string()}),
@@ -83,7 +81,11 @@ async fn switch(state: &Arc<AppState>, name: String, enabled: bool) -> JsonReply
 /// "source_builds"?,"dry_run"?}`: the grant `ctxhost plugin grant` would
 /// record with those flags (`env` is the whole list), recorded and put in
 /// force by a reload of an enabled plugin; a dry run records nothing.
-pub(crate) async fn put_grants(State(state): State<Arc<AppState>>, Path(name): Path<String>, bytes: Bytes) -> JsonReply {
+pub(crate) async fn put_grants(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    bytes: Bytes,
+) -> JsonReply {
     if let Err(e) = reload::plugin_dir(&state, &name) {
         return match e {
             ReloadError::NotFound { .. } => JsonReply::error(StatusCode::NOT_FOUND, e.to_string()),
@@ -97,7 +99,9 @@ pub(crate) async fn put_grants(State(state): State<Arc<AppState>>, Path(name): P
     let flag = |key: &str| match request.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(other) => Err(JsonReply::bad_request(format!("`{key}` must be true or false, not {}", body::type_name(other)))),
+        Some(other) => {
+            Err(JsonReply::bad_request(format!("`{key}` must be true or false, not {}", body::type_name(other))))
+        }
     };
     let env = match request.get("env") {
         None | Some(Value::Null) => Ok(None),
@@ -107,21 +111,30 @@ pub(crate) async fn put_grants(State(state): State<Arc<AppState>>, Path(name): P
             .collect::<Option<Vec<String>>>()
             .map(Some)
             .ok_or_else(|| JsonReply::bad_request("`env` must be a list of variable names")),
-        Some(other) => Err(JsonReply::bad_request(format!("`env` must be a list of variable names, not {}", body::type_name(other)))),
+        Some(other) => Err(JsonReply::bad_request(format!(
+            "`env` must be a list of variable names, not {}",
+            body::type_name(other)
+        ))),
     };
-    let fields = (|| Ok::<_, JsonReply>((flag("network")?, flag("filesystem")?, flag("source_builds")?, flag("dry_run")?, env?)))();
+    let fields = (|| {
+        Ok::<_, JsonReply>((flag("network")?, flag("filesystem")?, flag("source_builds")?, flag("dry_run")?, env?))
+    })();
     let (network, filesystem, source_builds, dry_run, env) = match fields {
         Ok(f) => f,
         Err(reply) => return reply,
     };
-    if let Some(key) = request.keys().find(|k| !["network", "filesystem", "env", "source_builds", "dry_run"].contains(&k.as_str())) {
+    if let Some(key) =
+        request.keys().find(|k| !["network", "filesystem", "env", "source_builds", "dry_run"].contains(&k.as_str()))
+    {
         let hint = crate::hint::did_you_mean(key, ["network", "filesystem", "env", "source_builds", "dry_run"]);
         return JsonReply::bad_request(format!("unknown field `{key}`{hint}"));
     }
     let (home, plugin) = (state.home.clone(), name.clone());
     let done = tokio::task::spawn_blocking(move || {
         let recorded_env = match &env {
-            Some(_) => crate::host::grants::get(&home, &plugin).map_err(GrantError::from)?.map(|g| g.env).unwrap_or_default(),
+            Some(_) => {
+                crate::host::grants::get(&home, &plugin).map_err(GrantError::from)?.map(|g| g.env).unwrap_or_default()
+            }
             None => Vec::new(),
         };
         let change = GrantChange {
@@ -141,7 +154,9 @@ pub(crate) async fn put_grants(State(state): State<Arc<AppState>>, Path(name): P
     let done = match done {
         Ok(Ok(done)) => done,
         Ok(Err(e @ GrantError::NotFound(_))) => return JsonReply::error(StatusCode::NOT_FOUND, e.to_string()),
-        Ok(Err(e @ (GrantError::BadEnv(_) | GrantError::Manifest { .. }))) => return JsonReply::bad_request(e.to_string()),
+        Ok(Err(e @ (GrantError::BadEnv(_) | GrantError::Manifest { .. }))) => {
+            return JsonReply::bad_request(e.to_string());
+        }
         Ok(Err(e)) => return JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         Err(e) => return JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, format!("the grant task failed: {e}")),
     };

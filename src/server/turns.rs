@@ -258,18 +258,12 @@ impl Update {
                 Change::Ingest { message: cut(&r.message, MAX_TEXT), memories, truncated }
             }
             HookRequest::Assemble(r) => {
-                let out: Vec<Message> = reply
-                    .get("messages")
-                    .cloned()
-                    .and_then(|m| serde_json::from_value(m).ok())
-                    .unwrap_or_default();
+                let out: Vec<Message> =
+                    reply.get("messages").cloned().and_then(|m| serde_json::from_value(m).ok()).unwrap_or_default();
                 let prompt = reply.get("system_prompt").and_then(Value::as_str).unwrap_or(&r.system_prompt);
                 let kept: HashSet<String> = out.iter().filter_map(|m| serde_json::to_string(m).ok()).collect();
-                let trimmed_all: Vec<&Message> = r
-                    .messages
-                    .iter()
-                    .filter(|m| serde_json::to_string(m).is_ok_and(|s| !kept.contains(&s)))
-                    .collect();
+                let trimmed_all: Vec<&Message> =
+                    r.messages.iter().filter(|m| serde_json::to_string(m).is_ok_and(|s| !kept.contains(&s))).collect();
                 let truncated = trimmed_all.len() > MAX_TRIMMED || out.len() > MAX_WINDOW_MESSAGES;
                 let view = |m: &Message| MessageView {
                     role: serde_json::to_value(&m.role).unwrap_or(Value::Null),
@@ -289,11 +283,8 @@ impl Update {
                 Change::Assemble(window, truncated)
             }
             HookRequest::Compact(r) => {
-                let out: Vec<Message> = reply
-                    .get("messages")
-                    .cloned()
-                    .and_then(|m| serde_json::from_value(m).ok())
-                    .unwrap_or_default();
+                let out: Vec<Message> =
+                    reply.get("messages").cloned().and_then(|m| serde_json::from_value(m).ok()).unwrap_or_default();
                 Change::Compact(Compaction {
                     messages_in: r.messages.len(),
                     messages_out: out.len(),
@@ -339,7 +330,7 @@ pub(crate) async fn agents(State(state): State<Arc<AppState>>) -> JsonReply {
         let agents = state.turns.agents.lock().unwrap_or_else(|p| p.into_inner());
         agents.iter().map(|(id, a)| (id.clone(), a.turns.len(), a.last_ms)).collect()
     };
-    list.sort_by(|a, b| b.2.cmp(&a.2));
+    list.sort_by_key(|a| std::cmp::Reverse(a.2));
     let agents: Vec<Value> =
         list.into_iter().map(|(id, turns, last)| json!({"agent_id": id, "turns": turns, "last_ms": last})).collect();
     JsonReply::ok(json!({"agents": agents}))
