@@ -28,13 +28,17 @@ pub(crate) async fn list(State(state): State<Arc<AppState>>) -> JsonReply {
     let reader = state.clone();
     let listed = tokio::task::spawn_blocking(move || {
         let entries = reader.catalog.entries();
-        let list: Vec<Value> = reader
-            .catalog
-            .current(&reader.load_context())
+        let statuses = reader.catalog.current(&reader.load_context());
+        let names: Vec<&str> = statuses.iter().map(|s| s.name.as_str()).collect();
+        let mut grants = crate::host::grants::get_many(&reader.home, &names).unwrap_or_else(|e| {
+            tracing::warn!("GET /api/plugins: the grants could not be read: {e}");
+            Default::default()
+        });
+        let list: Vec<Value> = statuses
             .into_iter()
             .map(|status| {
                 let loaded = entries.get(&status.name).and_then(|e| e.plugin.clone());
-                let grants = crate::host::grants::get(&reader.home, &status.name).ok().flatten();
+                let grants = grants.remove(&status.name);
                 let mut item = serde_json::to_value(&status).unwrap_or_else(|_| json!({}));
                 item["priority"] = json!(loaded.as_ref().and_then(|p| match &p.faust {
                     Some(f) => Some(f.priority),
