@@ -11,7 +11,10 @@
 //! `ctxhost plugin adopt` and `POST /api/plugins/{name}/reload` record this
 //! home's files as it ([`Rule::Adopt`]); starts and the other reloads (the
 //! change feed's, `--watch`, enable) only compare ([`Rule::Record`]),
-//! reports only read ([`Rule::Look`]).
+//! reports only read ([`Rule::Look`]). An adopted version reaches the
+//! running instances through the change feed (an `adopt` or `reload`
+//! entry): each re-hashes its own files and refuses or resumes the plugin
+//! (`app::follow`).
 //!
 //! On the embedded SQLite store (one home, one set of files) there is no
 //! one to disagree with: the record follows every start, reload and install,
@@ -50,7 +53,7 @@ pub struct Refusal {
     /// The manifest's version here.
     pub here_version: String,
     /// The fleet's version (`None`: the store could not be read).
-    pub fleet: Option<PluginVersion>,
+    pub fleet: Option<Box<PluginVersion>>,
     /// Why, with the way out.
     pub reason: String,
 }
@@ -208,7 +211,7 @@ fn mismatch(name: &str, hash: &str, version: &str, fleet: &PluginVersion) -> Ref
         plugin: name.to_owned(),
         here: Some(hash.to_owned()),
         here_version: version.to_owned(),
-        fleet: Some(fleet.clone()),
+        fleet: Some(Box::new(fleet.clone())),
         reason,
     }
 }
