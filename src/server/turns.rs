@@ -141,14 +141,19 @@ pub(crate) struct TurnLog {
 
 impl TurnLog {
     /// The log and the recorder that fills it (counting tokens with `counter`).
-    pub(crate) fn start(engine: crate::engine::default::DefaultEngine) -> (Arc<TurnLog>, tokio::task::JoinHandle<()>) {
+    /// `window` is the configured context window (what an assemble without one gets).
+    pub(crate) fn start(
+        engine: crate::engine::default::DefaultEngine,
+        window: u64,
+    ) -> (Arc<TurnLog>, tokio::task::JoinHandle<()>) {
         let (queue, mut rx) = tokio::sync::mpsc::channel::<TurnEvent>(QUEUE);
         let log = Arc::new(TurnLog { agents: Mutex::new(BTreeMap::new()), queue, dropped: AtomicU64::new(0) });
         let weak = Arc::downgrade(&log);
         let task = tokio::spawn(async move {
             while let Some(event) = rx.recv().await {
                 let engine = engine.clone();
-                let Ok(update) = tokio::task::spawn_blocking(move || Update::of(event, engine.counter())).await else {
+                let Ok(update) = tokio::task::spawn_blocking(move || Update::of(event, engine.counter(), window)).await
+                else {
                     continue;
                 };
                 let Some(log) = weak.upgrade() else { return };
@@ -238,7 +243,7 @@ impl Change {
 }
 
 impl Update {
-    fn of(event: TurnEvent, counter: &TokenCounter) -> Update {
+    fn of(event: TurnEvent, counter: &TokenCounter, configured_window: u64) -> Update {
         let TurnEvent { agent, request, reply, calls } = event;
         let starts_turn = matches!(request, HookRequest::Ingest(_));
         let change = match request {
@@ -271,7 +276,11 @@ impl Update {
                     preview: cut(&m.text_content(), PREVIEW),
                 };
                 let window = Window {
-                    window_tokens: r.context_window_tokens,
+                    window_tokens: if r.context_window_tokens == 0 {
+                        configured_window
+                    } else {
+                        r.context_window_tokens
+                    },
                     messages_in: r.messages.len(),
                     messages_out: out.len(),
                     tokens_in: counter.messages(&r.messages),
