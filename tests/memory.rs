@@ -347,6 +347,50 @@ pub async fn concurrent_writers_store_no_duplicates(a: Arc<dyn MemoryBackend>, b
     assert_eq!(b.recall("shared", None, "llamas", 500).await.unwrap().len(), 40);
 }
 
+/// The operator's view (`GET /api/memory`, `DELETE`): newest first without a
+/// query, matches of every peer with one, per agent; a delete removes one
+/// memory of its own agent only, and it is no longer recalled.
+async fn browses_and_deletes(backend: &dyn MemoryBackend) {
+    // One at a time, so ids follow the table's order (a batch is stored in lock order).
+    for (agent, peer, content) in MEMORIES {
+        backend.store(vec![new_memory(agent, *peer, content)]).await.unwrap();
+    }
+    let newest = backend.browse("a1", "", 3).await.unwrap();
+    let contents: Vec<&str> = newest.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(
+        contents,
+        ["Trip to Paris in June", "Trip to Paris in May", "The coffee shop near work has good coffee"]
+    );
+    assert!(newest[0].id > newest[1].id && newest[0].created_ms > 0);
+    let garden = backend.browse("a1", "garden", 50).await.unwrap();
+    let peers: BTreeSet<Option<&str>> = garden.iter().map(|m| m.peer_id.as_deref()).collect();
+    assert_eq!(peers, BTreeSet::from([None, Some("bob"), Some("carol")]), "every peer's: {garden:?}");
+    assert!(garden.iter().all(|m| m.content.to_lowercase().contains("garden")), "{garden:?}");
+    assert!(garden.iter().all(|m| !m.content.contains("another agent")), "another agent's is not listed");
+    assert!(backend.browse("a1", "the and of", 50).await.unwrap().is_empty(), "stopwords only: nothing");
+    let jazz = backend.browse("a1", "Coltrane", 1).await.unwrap();
+    let other = backend.browse("a2", "", 1).await.unwrap();
+    assert!(!backend.delete("a2", jazz[0].id).await.unwrap(), "not a2's memory");
+    assert!(!backend.delete("a1", other[0].id).await.unwrap(), "not a1's memory");
+    assert!(backend.delete("a1", jazz[0].id).await.unwrap());
+    assert!(!backend.delete("a1", jazz[0].id).await.unwrap(), "gone already");
+    let recalled = backend.recall("a1", None, "Coltrane", 10).await.unwrap();
+    assert!(recalled.iter().all(|m| m.content != jazz[0].content), "a deleted memory is not recalled: {recalled:?}");
+    assert_eq!(backend.count("a1").await.unwrap(), MEMORIES.iter().filter(|m| m.0 == "a1").count() - 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_browses_and_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    browses_and_deletes(&*sqlite(&dir)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_browses_and_deletes() {
+    let db = pg::database();
+    browses_and_deletes(&*postgres(&db).await).await;
+}
+
 fn sqlite(dir: &tempfile::TempDir) -> Arc<dyn MemoryBackend> {
     Arc::new(MemoryStore::open(&dir.path().join("memory.db")).unwrap())
 }

@@ -1070,6 +1070,14 @@ fn plugin_stderr_is_served_by_poll_and_live_stream() {
     }
     assert!(seen.contains("event: line"), "{seen}");
     assert!(!seen.contains("first words"), "only lines after `after`: {seen}");
+    // An open stream ends with the daemon: it does not hold up the shutdown.
+    let started = std::time::Instant::now();
+    let (clean, stderr) = d.stop();
+    assert!(clean, "{stderr}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "shutdown took {:?}", started.elapsed());
+    let mut rest = String::new();
+    let _ = conn.read_to_string(&mut rest);
+    drop(conn);
 }
 
 /// A turn driven through the agent API is in the turn log: the recalled

@@ -190,6 +190,13 @@ impl Server {
     /// The watcher could not start, or the listener failed.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
         let _watcher = self.watcher;
+        // Long-lived answers (the log stream) end as the shutdown begins, so
+        // the graceful wait is only for requests under way.
+        let state = self.routes.state.clone();
+        let shutdown = async move {
+            shutdown.await;
+            state.stopping.send_replace(true);
+        };
         conn::serve(self.listener, self.routes.router(), &self.routes.state.config.server, shutdown).await;
         self.routes.stop().await;
         tracing::info!(target: LOG_TARGET, "stopped");

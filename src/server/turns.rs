@@ -409,6 +409,17 @@ mod tests {
         assert!(!agents.contains_key("a"), "the agent seen least recently went first");
     }
 
+    #[tokio::test]
+    async fn a_full_recorder_drops_and_counts_never_waits() {
+        let (queue, _rx) = tokio::sync::mpsc::channel(1);
+        let log = TurnLog { agents: Mutex::new(BTreeMap::new()), queue, dropped: AtomicU64::new(0) };
+        let held = log.slot();
+        assert!(held.is_some());
+        assert!(log.slot().is_none(), "full: no slot, at once");
+        assert!(log.slot().is_none());
+        assert_eq!(log.dropped.load(Ordering::Relaxed), 2);
+    }
+
     #[test]
     fn cut_keeps_char_boundaries() {
         assert_eq!(cut("héllo", 2), "h…");
