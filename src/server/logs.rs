@@ -205,67 +205,96 @@ pub(crate) async fn stream(State(state): State<Arc<AppState>>, Query(q): Query<L
     use axum::response::IntoResponse;
     let plugin = q.plugin.filter(|p| !p.is_empty());
     // Subscribed before the held lines are read: nothing falls between.
-    let mut live = ring().subscribe();
+    let live = ring().subscribe();
     let (held, _, missed) = ring().after(q.after, plugin.as_deref(), CAPACITY);
-    let (tx, rx) = tokio::sync::mpsc::channel::<Event>(STREAM_LAG);
-    let mut stopping = state.stopping.subscribe();
-    let follow = q.follow.unwrap_or(true);
-    tokio::spawn(async move {
-        let event = |l: &LogLine| Event::default().event("line").id(l.seq.to_string()).json_data(l).ok();
-        if missed > 0
-            && tx.send(Event::default().event("dropped").data(json!({"dropped": missed}).to_string())).await.is_err()
-        {
-            return;
-        }
-        let mut last = q.after;
-        for l in held {
-            last = l.seq;
-            if let Some(e) = event(&l)
-                && tx.send(e).await.is_err()
-            {
-                return;
-            }
-        }
-        if !follow || *stopping.borrow_and_update() {
-            return;
-        }
-        loop {
-            let next = tokio::select! {
-                r = live.recv() => r,
-                _ = stopping.changed() => return,
-                () = tx.closed() => return,
-            };
-            let e = match next {
-                Ok(l) if l.seq <= last || plugin.as_deref().is_some_and(|p| l.plugin != p) => continue,
-                Ok(l) => {
-                    last = l.seq;
-                    event(&l)
-                }
-                Err(broadcast::error::RecvError::Lagged(n)) => {
-                    Some(Event::default().event("dropped").data(json!({"dropped": n}).to_string()))
-                }
-                Err(broadcast::error::RecvError::Closed) => return,
-            };
-            if let Some(e) = e
-                && tx.send(e).await.is_err()
-            {
-                return;
-            }
-        }
-    });
+    let (tx, rx) = tokio::sync::mpsc::channel::<Out>(STREAM_LAG);
+    let from = Held { lines: held, missed, after: q.after, plugin, follow: q.follow.unwrap_or(true) };
+    tokio::spawn(forward(from, live, state.stopping.subscribe(), tx));
     Sse::new(Events(rx))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)).text("keepalive"))
         .into_response()
 }
 
+/// What one stream starts from.
+struct Held {
+    lines: Vec<Arc<LogLine>>,
+    /// Lines after `after` already gone.
+    missed: u64,
+    after: u64,
+    plugin: Option<String>,
+    /// Go on with the live lines after the held ones.
+    follow: bool,
+}
+
+/// One event of a log stream.
+#[derive(Debug)]
+enum Out {
+    Line(Arc<LogLine>),
+    /// This stream skipped that many lines.
+    Dropped(u64),
+}
+
+/// Sends the held lines, then (when following) each live line of the
+/// stream's plugin, until the reader goes or the daemon stops; a reader
+/// that fell behind the broadcast is sent how many lines it skipped.
+async fn forward(
+    from: Held,
+    mut live: broadcast::Receiver<Arc<LogLine>>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+    tx: tokio::sync::mpsc::Sender<Out>,
+) {
+    if from.missed > 0 && tx.send(Out::Dropped(from.missed)).await.is_err() {
+        return;
+    }
+    let mut last = from.after;
+    for l in from.lines {
+        last = l.seq;
+        if tx.send(Out::Line(l)).await.is_err() {
+            return;
+        }
+    }
+    if !from.follow || *stopping.borrow_and_update() {
+        return;
+    }
+    loop {
+        let next = tokio::select! {
+            r = live.recv() => r,
+            _ = stopping.changed() => return,
+            () = tx.closed() => return,
+        };
+        let out = match next {
+            Ok(l) if l.seq <= last || from.plugin.as_deref().is_some_and(|p| l.plugin != p) => continue,
+            Ok(l) => {
+                last = l.seq;
+                Out::Line(l)
+            }
+            Err(broadcast::error::RecvError::Lagged(n)) => Out::Dropped(n),
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        if tx.send(out).await.is_err() {
+            return;
+        }
+    }
+}
+
 /// The stream's events as the SSE body reads them.
-struct Events(tokio::sync::mpsc::Receiver<Event>);
+struct Events(tokio::sync::mpsc::Receiver<Out>);
 
 impl futures_core::Stream for Events {
     type Item = Result<Event, Infallible>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.0.poll_recv(cx).map(|e| e.map(Ok))
+        loop {
+            let event = match std::task::ready!(self.0.poll_recv(cx)) {
+                None => return Poll::Ready(None),
+                Some(Out::Line(l)) => Event::default().event("line").id(l.seq.to_string()).json_data(&*l),
+                Some(Out::Dropped(n)) => Ok(Event::default().event("dropped").data(json!({"dropped": n}).to_string())),
+            };
+            // A line always serialises; one that would not is skipped.
+            if let Ok(event) = event {
+                return Poll::Ready(Some(Ok(event)));
+            }
+        }
     }
 }
 
@@ -289,6 +318,26 @@ mod tests {
         assert_eq!(lines.iter().map(|l| l.line.as_str()).collect::<Vec<_>>(), ["line 2049", "line 2051", "line 2053"]);
         let (lines, _, _) = ring.after((CAPACITY + 10) as u64, None, 10);
         assert!(lines.is_empty(), "nothing after the last line");
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_falls_behind_is_told_how_many_lines_it_skipped() {
+        let ring = LogRing::new();
+        let live = ring.subscribe();
+        // The reader is slow: the broadcast holds STREAM_LAG lines, 10 more are pushed.
+        for i in 0..STREAM_LAG + 10 {
+            ring.push("p".into(), None, None, format!("line {i}"));
+        }
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        let (tx, mut rx) = tokio::sync::mpsc::channel(4 * STREAM_LAG);
+        let from = Held { lines: Vec::new(), missed: 0, after: 0, plugin: None, follow: true };
+        let task = tokio::spawn(forward(from, live, stopping, tx));
+        let first = rx.recv().await.unwrap();
+        assert!(matches!(first, Out::Dropped(10)), "{first:?}");
+        let Some(Out::Line(l)) = rx.recv().await else { panic!("a line next") };
+        assert_eq!(l.line, "line 10");
+        stop.send_replace(true);
+        tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap();
     }
 
     #[test]
