@@ -66,7 +66,9 @@ impl Drop for HookKill {
 /// `spawn` would: the last entry of a name, at its position).
 fn header(call: &ForkCall<'_>) -> Result<Vec<u8>, Unavailable> {
     let text = |s: &std::ffi::OsStr| {
-        s.to_str().map(str::to_owned).ok_or_else(|| Unavailable::Unfit(format!("`{}` is not UTF-8", s.to_string_lossy())))
+        s.to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| Unavailable::Unfit(format!("`{}` is not UTF-8", s.to_string_lossy())))
     };
     let mut last = std::collections::HashMap::new();
     for (i, (k, _)) in call.env.iter().enumerate() {
@@ -100,9 +102,7 @@ async fn next_message(socket: &AsyncFd<OwnedFd>) -> std::io::Result<wire::Receiv
 
 /// Runs the call. The outer error: the server did not start the hook (spawn
 /// it instead); the inner result is the hook's, as `oneshot::run` gives it.
-pub(in crate::runner::process) async fn run(
-    call: ForkCall<'_>,
-) -> Result<Result<Finished, HookError>, Unavailable> {
+pub(in crate::runner::process) async fn run(call: ForkCall<'_>) -> Result<Result<Finished, HookError>, Unavailable> {
     let header = header(&call)?;
     let io = |e: std::io::Error| Unavailable::Start(e.to_string());
     let (mine, theirs) = wire::socket_pair().map_err(io)?;

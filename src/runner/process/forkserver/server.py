@@ -49,6 +49,11 @@ import threading
 import types
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
+# What the interpreter added to its own environment at start (PEP 538's
+# LC_CTYPE coercion): a spawned hook has it too. The host restarts the
+# server whenever a call's environment differs from the server's beyond
+# the per-call variables, so what is here and not in a call's was added.
+_STARTUP_ENV = dict(os.environ)
 _PR_SET_CHILD_SUBREAPER = 36
 # What a script's directory could shadow: every top-level module loaded by
 # now beyond what the interpreter had before this code ran.
@@ -132,6 +137,9 @@ def _child(call, fds):
         os.environ.clear()
         for key, value in call["env"]:
             os.environ[key] = value
+        for key, value in _STARTUP_ENV.items():
+            if key not in os.environ:
+                os.environ[key] = value
         script = call["script"]
         sys.argv[:] = call["argv"]
         sys.path[0:0] = [os.path.dirname(os.path.realpath(script))]
@@ -192,25 +200,38 @@ def _run_main(script):
         atexit._run_exitfuncs()
     except BaseException:  # noqa: BLE001
         pass
-    if not _flush_std():
+    flushed = _flush_std()
+    if not flushed:
         status = 120
     try:
+        # Newest names first: an object's finaliser still finds what the
+        # script imported before it (as the interpreter's dict teardown does).
         sys.modules.pop("__main__", None)
-        main.__dict__.clear()
-        for name in [m for m in sys.modules if m not in _LOADED]:
+        _clear(main.__dict__)
+        for name in reversed([m for m in sys.modules if m not in _LOADED]):
             module = sys.modules.get(name)
-            if module is not None and hasattr(module, "__dict__"):
-                module.__dict__.clear()
+            if module is not None and isinstance(getattr(module, "__dict__", None), dict):
+                _clear(module.__dict__)
         del main
         gc.collect()
     except BaseException:  # noqa: BLE001
         pass
-    if not _flush_std():
+    # The interpreter's second flush finds the streams gone once the first failed.
+    if flushed and not _flush_std():
         status = 120
     if interrupted:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
     return status
+
+
+def _clear(namespace):
+    for key in reversed(list(namespace)):
+        if key != "__builtins__":
+            try:
+                del namespace[key]
+            except BaseException:  # noqa: BLE001 - a finaliser that raises
+                pass
 
 
 def _children():

@@ -17,14 +17,7 @@ pub(super) const MAX_MESSAGE: usize = 1 << 20;
 pub(super) fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [-1; 2];
     // SAFETY: socketpair(2) writes two fds into the array on success.
-    let r = unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    };
+    let r = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) };
     if r != 0 {
         return Err(io::Error::last_os_error());
     }
