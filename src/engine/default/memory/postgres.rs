@@ -25,15 +25,17 @@
 //!   advisory lock, so instances starting together do not race; a schema
 //!   newer than this binary is an error, never touched.
 //!
+//! TLS as the store's connections ([`crate::host::store::postgres::tls`]).
+//!
 //! Never logs or shows the password of the URL ([`location`]).
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use sha2::{Digest, Sha256};
 use std::time::Duration;
-use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
 
 use super::{MemoryBackend, MemoryError, NewMemory, StoredMemory, query_words};
+use crate::host::store::postgres::tls::{Tls, TlsDefaults};
 use crate::runner::BoxFuture;
 
 /// The schema version this binary writes.
@@ -141,6 +143,18 @@ impl PgMemory {
     /// The URL is malformed, the database is unreachable or refuses the
     /// role, or its memory schema is newer than this binary.
     pub async fn connect(url: &str) -> Result<Self, MemoryError> {
+        Self::connect_with(url, &TlsDefaults::from_env()).await
+    }
+
+    /// [`PgMemory::connect`] with the TLS defaults given rather than read
+    /// from the environment.
+    ///
+    /// # Errors
+    /// See [`PgMemory::connect`]; also a TLS setting that cannot be used
+    /// (an unknown `sslmode`, an unreadable `sslrootcert`).
+    pub async fn connect_with(url: &str, defaults: &TlsDefaults) -> Result<Self, MemoryError> {
+        let (url, tls) = Tls::from_url(url, defaults)
+            .map_err(|e| MemoryError::new(&crate::config::redact_url(url), "open", e.to_string()))?;
         let config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| MemoryError::new("<the [store] url>", "open", format!("not a PostgreSQL URL: {e}")))?;
@@ -149,7 +163,9 @@ impl PgMemory {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
-        let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        tls.apply(&mut config);
+        let manager =
+            Manager::from_config(config, tls.connector(), ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = Pool::builder(manager)
             .max_size(POOL_SIZE)
             .runtime(Runtime::Tokio1)
