@@ -558,6 +558,48 @@ fn a_schedule_runs_on_one_instance_and_moves_when_it_dies() {
     drop(daemons);
 }
 
+/// A schedule's holder stopped cleanly (SIGTERM) gives its lease back: the
+/// other instance takes the schedule over at its next due time, within one
+/// period, not when the lease (period + 2 s) would have run out.
+#[test]
+fn a_schedule_moves_within_one_period_when_its_holder_shuts_down_cleanly() {
+    let db = pg::database();
+    let sites: Vec<Site> = (0..2).map(|_| site_on(&db.url)).collect();
+    for s in &sites {
+        python_plugin(
+            s,
+            "ticker",
+            "[[schedules]]\nid = \"tick\"\ninterval_secs = 1\n",
+            &[("run_schedule", "log({'id': req['id'], 'at': time.time()})")],
+        );
+    }
+    let mut daemons: Vec<Option<crate::util::http::Daemon>> = sites.iter().map(|s| Some(s.start(&[]))).collect();
+    let runs = |s: &Site| s.log("ticker").iter().filter_map(|l| l["at"].as_f64()).collect::<Vec<f64>>();
+    within(20, "the first run", || sites.iter().any(|s| !runs(s).is_empty()));
+    std::thread::sleep(Duration::from_secs(3));
+    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let recent = |s: &Site, since: f64| runs(s).into_iter().filter(|t| *t >= since).count();
+    let holder = if recent(&sites[0], now() - 2.0) > 0 { 0 } else { 1 };
+    assert_eq!(recent(&sites[1 - holder], now() - 2.0), 0, "only the holder runs it");
+    let held = db.query("SELECT holder FROM leases WHERE name = 'schedule:ticker/tick'").unwrap();
+    assert_eq!(held.len(), 1, "{held:?}");
+
+    let stopped = now();
+    let (clean, stderr) = daemons[holder].take().unwrap().stop(); // SIGTERM
+    assert!(clean, "a clean exit: {stderr}");
+    assert!(stderr.contains("schedule leases given back for other instances: schedule:ticker/tick"), "{stderr}");
+    let other = &sites[1 - holder];
+    within(10, "the other instance's first run", || runs(other).iter().any(|t| *t > stopped));
+    let took_over = runs(other).into_iter().find(|t| *t > stopped).unwrap_or(f64::INFINITY) - stopped;
+    // Had the lease run out instead, the earliest takeover is 2 s after the
+    // SIGTERM (renewed at most a period before it, it lasts period + 2 s).
+    assert!(took_over < 2.0, "taken over {took_over:.2} s after the SIGTERM (within a period and a tick)");
+    let now_held = db.query("SELECT holder FROM leases WHERE name = 'schedule:ticker/tick'").unwrap();
+    assert_ne!(now_held, held, "the other instance holds it now");
+    eprintln!("schedule: taken over {took_over:.2} s after the holder's SIGTERM");
+    drop(daemons);
+}
+
 /// 32 clients send turns through three instances; one is SIGKILLed in the
 /// middle. Every acknowledged turn reaches the plugin's after_turn (the
 /// dead instance's journal entries are taken over by a live one) and is in
