@@ -443,7 +443,7 @@ fn trigger_recorder(site: &Site) {
             "trigger_fire",
             "t = req['trigger']\n\
              if t.get('type') == 'event':\n    log({'event': t['id'] + '#' + str(t['event_payload']['n'])})\n\
-             else:\n    log({'start': t['id']})\n    time.sleep(1.5)\n    log({'done': t['id']})",
+             else:\n    log({'start': t['id'], 'firing': req['firing_id']})\n    time.sleep(1.5)\n    log({'done': t['id']})",
         )],
     );
 }
@@ -452,8 +452,10 @@ fn trigger_recorder(site: &Site) {
 /// half-way and a fourth starts: every trigger fires, and each exactly once
 /// — except one the killed instance had claimed and not settled, which
 /// another instance fires again after the claim ran out (at least once is
-/// the promise; the re-firing is what keeps it from being lost). Events
-/// posted to any instance fire each listening trigger once.
+/// the promise; the re-firing is what keeps it from being lost), with the
+/// same firing id as its first try (`<id>@<due secs>`), which the receiver
+/// deduplicates by. Events posted to any instance fire each listening
+/// trigger once.
 #[test]
 fn due_triggers_fire_once_across_instances_that_start_and_die() {
     let db = pg::database();
@@ -489,6 +491,23 @@ fn due_triggers_fire_once_across_instances_that_start_and_die() {
     let starts = tally(&all, "rec", |l| l["start"].as_str().map(str::to_owned));
     let on_b = keys_in(&sites[1], "rec", |l| l["start"].as_str().map(str::to_owned));
     assert_eq!(starts.len(), N, "every trigger fired: {starts:?}");
+    // Every try of a firing carries its id: the trigger's id and due time.
+    let due: std::collections::BTreeMap<String, u64> =
+        (0..N).map(|i| (format!("t{i:02}"), now + 2 + (i as u64 % 6))).collect();
+    for site in &all {
+        for l in site.log("rec").iter().filter(|l| l.get("start").is_some()) {
+            let id = l["start"].as_str().unwrap();
+            assert_eq!(l["firing"], format!("{id}@{}", due[id]), "{l}");
+        }
+    }
+    // The embedder's fired records carry it too.
+    let fired: Vec<Value> =
+        [&a, &c, &d].iter().flat_map(|x| x.get("/api/triggers/fired").json().as_array().cloned().unwrap()).collect();
+    assert!(!fired.is_empty(), "the live instances delivered some");
+    for t in &fired {
+        let id = t["id"].as_str().unwrap();
+        assert_eq!(t["firing_id"], format!("{id}@{}", due[id]), "{t}");
+    }
     let mut taken_over = 0;
     for (id, n) in &starts {
         match n {

@@ -177,10 +177,11 @@ async fn fire_due_triggers(engine: &Arc<AgentEngine>, firing: &Arc<tokio::sync::
 /// then records the firing (unless the claim was lost: then another
 /// instance fires it too, which is logged).
 async fn fire_claimed(engine: &Arc<AgentEngine>, claimed: Claimed) {
-    let Claimed { id, trigger, step, until } = claimed;
+    let firing_id = claimed.firing_id();
+    let Claimed { id, trigger, step, until, .. } = claimed;
     let mut token = until;
     let renew_every = Duration::from_secs(TRIGGER_CLAIM_SECS / 3).max(Duration::from_secs(1));
-    let fire = engine.fire(trigger);
+    let fire = engine.fire(trigger, firing_id);
     tokio::pin!(fire);
     let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
     let mut held = true;
