@@ -165,7 +165,7 @@ impl PgMemory {
     /// (an unknown `sslmode`, an unreadable `sslrootcert`).
     pub async fn connect_with(url: &str, defaults: &TlsDefaults) -> Result<Self, MemoryError> {
         let (url, tls) = Tls::from_url(url, defaults)
-            .map_err(|e| MemoryError::new(&crate::config::redact_url(url), "open", e.to_string()))?;
+            .map_err(|e| MemoryError::new(crate::config::redact_url(url), "open", e.to_string()))?;
         let config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| MemoryError::new("<the [store] url>", "open", format!("not a PostgreSQL URL: {e}")))?;
