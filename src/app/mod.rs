@@ -11,6 +11,7 @@
 pub mod agent_loop;
 pub mod catalog;
 pub mod doctor;
+pub mod follow;
 pub mod install;
 pub mod registry;
 pub mod stack;

@@ -73,10 +73,10 @@ enum PluginCommand {
     /// plugin: its content hash (every file of its directory but hidden ones
     /// and __pycache__; a wasm plugin's manifest and modules), recorded by
     /// the first instance that started with it. An instance whose files hash
-    /// otherwise does not run the plugin (`doctor` and `plugin list` say
+    /// otherwise refuses the plugin's calls (`doctor` and `plugin list` say
     /// so). After deploying new files, adopt them here once; running
-    /// instances take the new version at their next reload
-    /// (`POST /api/plugins/<name>/reload`) or start. `plugin install` adopts
+    /// instances on the store are told and re-check their own files within
+    /// a second or two (each resumes or refuses the plugin). `plugin install` adopts
     /// what it installs. On a home's own store the record just follows its
     /// files.
     #[command(after_help = "Examples:\n  ctxhost plugin adopt memory")]
@@ -333,7 +333,7 @@ fn adopt(name: &str, home: &Home, out: &mut impl Write) -> Outcome {
     if done.shared {
         writeln!(
             out,
-            "  running instances take it at their next reload (`POST /api/plugins/{}/reload`) or start",
+            "  running instances on the store re-check their files of {} now: those that match run it, the others refuse it",
             done.name
         )?;
     }

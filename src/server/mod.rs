@@ -120,6 +120,22 @@ impl AppState {
     fn load_context(&self) -> LoadContext<'_> {
         LoadContext { home: &self.home, config: &self.config, host_env: &LoadContext::process_env }
     }
+
+    /// A plugin of the stack's configuration that declares `hook` and is
+    /// refused here (its files are not the fleet's version).
+    fn refused_in_stack(&self, hook: crate::protocol::HookName) -> Option<Arc<crate::app::catalog::fleet::Refusal>> {
+        let names = self.engine.configured_names();
+        self.catalog.refusing(hook, |name, _| names.iter().any(|n| n == name))
+    }
+
+    /// A plugin that asks to take part in the agent loop, declares `hook`
+    /// and is refused here.
+    fn refused_in_agent_loop(
+        &self,
+        hook: crate::protocol::HookName,
+    ) -> Option<Arc<crate::app::catalog::fleet::Refusal>> {
+        self.catalog.refusing(hook, |_, entry| entry.agent_candidate)
+    }
 }
 
 /// A daemon that has loaded its engine and bound its port, not yet serving.
@@ -177,7 +193,7 @@ pub struct Routes {
     /// Trigger watcher, schedules and heartbeats of the agent loop.
     timers: crate::agent::timers::Timers,
     /// Applies what other instances on the store changed (PostgreSQL).
-    follower: Option<feed::Follower>,
+    follower: Option<crate::app::follow::Follower>,
 }
 
 impl Routes {
@@ -369,8 +385,21 @@ fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
+/// `GET /healthz`: 200 `{"status":"ok","plugins"}`; 503
+/// `{"status":"degraded","plugins","refused":[…]}` while a plugin is
+/// refused here (its files are not the fleet's version): a load balancer
+/// then sends the calls to instances that serve them all.
 async fn healthz(axum::extract::State(state): axum::extract::State<Arc<AppState>>) -> body::JsonReply {
-    body::JsonReply::ok(serde_json::json!({"status": "ok", "plugins": state.engine.layer_names()}))
+    let plugins = state.engine.layer_names();
+    let refused = state.catalog.refused();
+    if refused.is_empty() {
+        return body::JsonReply::ok(serde_json::json!({"status": "ok", "plugins": plugins}));
+    }
+    let refused: Vec<serde_json::Value> = refused.iter().map(|r| r.describe()).collect();
+    body::JsonReply::with_status(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        serde_json::json!({"status": "degraded", "plugins": plugins, "refused": refused}),
+    )
 }
 
 /// A path no route has: a 404 naming the nearest route, if one is near.
