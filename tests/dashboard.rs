@@ -1,0 +1,316 @@
+//! The dashboard (`GET /` of `ctxhost serve`) in a real browser: Debian's
+//! `chromium`, headless, driven through `chromedriver` (WebDriver, with
+//! fantoccini) against a real daemon on a loopback port. Each test starts
+//! its own chromedriver on a free port and a Chromium with a fresh profile;
+//! what the page shows is checked against what the API and the plugins saw.
+//! Screenshots are kept in `<target>/tmp/dashboard/` for a human to look at.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client as Driver, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+use crate::util::http::{Client, Daemon};
+use crate::util::site::Site;
+use crate::util::{require_program, write};
+
+/// Chromium's flags: headless, and none of its own network traffic (this
+/// machine's closed network refuses those connections, which would show as
+/// errors).
+const CHROMIUM_ARGS: &[&str] = &[
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1280,800",
+];
+
+/// How long the page may take to show what a test waits for.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A headless Chromium under its own chromedriver; both stop when dropped.
+struct Browser {
+    rt: tokio::runtime::Runtime,
+    driver: Option<Driver>,
+    chromedriver: Child,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    fn start() -> Browser {
+        require_program("chromium", "chromium chromium-driver");
+        require_program("chromedriver", "chromium chromium-driver");
+        let port = free_port();
+        let chromedriver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let ready = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(ready.elapsed() < Duration::from_secs(20), "chromedriver did not listen on {port}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let profile = tempfile::tempdir().unwrap();
+        let mut args: Vec<String> = CHROMIUM_ARGS.iter().map(|a| (*a).to_owned()).collect();
+        args.push(format!("--user-data-dir={}", profile.path().display()));
+        let caps = json!({
+            "browserName": "chrome",
+            "goog:chromeOptions": {"binary": chromium_binary(), "args": args},
+            "goog:loggingPrefs": {"browser": "ALL"},
+        });
+        let Value::Object(caps) = caps else { unreachable!() };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let driver = rt
+            .block_on(
+                ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+                    .capabilities(caps)
+                    .connect(&format!("http://127.0.0.1:{port}")),
+            )
+            .expect("a chromium session through chromedriver");
+        Browser { rt, driver: Some(driver), chromedriver, _profile: profile }
+    }
+
+    fn driver(&self) -> &Driver {
+        self.driver.as_ref().unwrap()
+    }
+
+    fn open(&self, url: &str) {
+        self.rt.block_on(self.driver().goto(url)).unwrap_or_else(|e| panic!("open {url}: {e}"));
+    }
+
+    /// The first element matching `css`, once there is one.
+    fn find(&self, css: &str) -> fantoccini::elements::Element {
+        self.rt
+            .block_on(async {
+                let start = Instant::now();
+                loop {
+                    match self.driver().find(Locator::Css(css)).await {
+                        Ok(e) => return Ok(e),
+                        Err(e) if start.elapsed() > WAIT => return Err(e),
+                        Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                    }
+                }
+            })
+            .unwrap_or_else(|e| panic!("no element `{css}` within {WAIT:?}: {e}"))
+    }
+
+    /// Waits until the text of the first element matching `css` contains
+    /// `wanted`; returns that text.
+    fn wait_text(&self, css: &str, wanted: &str) -> String {
+        let start = Instant::now();
+        let mut last = String::new();
+        while start.elapsed() < WAIT {
+            if let Ok(e) = self.rt.block_on(self.driver().find(Locator::Css(css))) {
+                last = self.rt.block_on(e.text()).unwrap_or_default();
+                if last.contains(wanted) {
+                    return last;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("`{css}` never showed {wanted:?} within {WAIT:?}; it showed:\n{last}");
+    }
+
+    fn click(&self, css: &str) {
+        let e = self.find(css);
+        self.rt.block_on(e.click()).unwrap_or_else(|e| panic!("click `{css}`: {e}"));
+    }
+
+    /// Replaces the value of the input matching `css` by `text`, as typed.
+    fn type_into(&self, css: &str, text: &str) {
+        let e = self.find(css);
+        self.rt.block_on(e.clear()).unwrap();
+        self.rt.block_on(e.send_keys(text)).unwrap_or_else(|e| panic!("type into `{css}`: {e}"));
+    }
+
+    fn select(&self, css: &str, value: &str) {
+        let e = self.find(css);
+        self.rt.block_on(e.select_by_value(value)).unwrap_or_else(|e| panic!("select {value} in `{css}`: {e}"));
+    }
+
+    fn js(&self, script: &str) -> Value {
+        self.rt.block_on(self.driver().execute(script, vec![])).unwrap_or_else(|e| panic!("{script}: {e}"))
+    }
+
+    /// A chromedriver command the WebDriver standard has no word for.
+    fn raw(&self, path: &'static str, body: Value) -> Value {
+        self.rt
+            .block_on(self.driver().issue_cmd(Chromedriver { path, body }))
+            .unwrap_or_else(|e| panic!("chromedriver {path}: {e}"))
+    }
+
+    /// The console's errors since the last call: uncaught exceptions,
+    /// `console.error`, failed requests (chromedriver's browser log, level
+    /// SEVERE).
+    fn console_errors(&self) -> Vec<String> {
+        let entries = self.raw("se/log", json!({"type": "browser"}));
+        entries
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["level"] == "SEVERE")
+            .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    /// A screenshot, kept as `<target>/tmp/dashboard/<name>.png`; checked to
+    /// be an image of the window's size that is not one flat colour.
+    fn screenshot(&self, name: &str) -> PathBuf {
+        let bytes = self.rt.block_on(self.driver().screenshot()).unwrap();
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{name}.png"));
+        std::fs::write(&path, &bytes).unwrap();
+        let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+        let mut reader = decoder.read_info().unwrap();
+        let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
+        let info = reader.next_frame(&mut pixels).unwrap();
+        let channels = info.color_type.samples();
+        let pixels = &pixels[..info.buffer_size()];
+        let first = &pixels[..channels];
+        let differing = pixels.chunks(channels).filter(|p| p != &first).count();
+        let total = (info.width * info.height) as usize;
+        assert!(info.width >= 300 && info.height >= 300, "{}: {}x{}", path.display(), info.width, info.height);
+        assert!(
+            differing * 100 > total * 2,
+            "{}: only {differing} of {total} pixels differ from the first: the page is blank",
+            path.display()
+        );
+        path
+    }
+
+    /// The page answered the token question with `token`.
+    fn give_token(&self, token: &str) {
+        self.find("#token-dialog[open]");
+        self.type_into("#token-input", token);
+        self.click("#token-form button[type=submit]");
+    }
+}
+
+/// `POST /session/{id}/<path>` with `body`: chromedriver's own commands.
+#[derive(Debug)]
+struct Chromedriver {
+    path: &'static str,
+    body: Value,
+}
+
+impl fantoccini::wd::WebDriverCompatibleCommand for Chromedriver {
+    fn endpoint(&self, base: &url::Url, session: Option<&str>) -> Result<url::Url, url::ParseError> {
+        base.join(&format!("session/{}/{}", session.unwrap_or_default(), self.path))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        (http::Method::POST, Some(self.body.to_string()))
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if let Some(driver) = self.driver.take() {
+            let _ = self.rt.block_on(async { tokio::time::timeout(Duration::from_secs(10), driver.close()).await });
+        }
+        let _ = self.chromedriver.kill();
+        let _ = self.chromedriver.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Debian's binary (`/usr/bin/chromium` is a wrapper script chromedriver
+/// also accepts).
+fn chromium_binary() -> String {
+    let path = std::env::var_os("PATH");
+    ctxhost::runner::process::find_on_path("chromium", path.as_deref())
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "/usr/bin/chromium".to_owned())
+}
+
+/// A bash plugin answering `ingest` with one memory naming the message, and
+/// writing `<name> heard: <message>` to stderr.
+fn memory_plugin(site: &Site, name: &str) {
+    write(
+        &site.plugin_dir(name).join("plugin.toml"),
+        &format!(
+            "name = \"{name}\"\nversion = \"1.2.3\"\n[hooks]\nruntime = \"bash\"\ningest = \"hooks/ingest.sh\"\n\
+             after_turn = \"hooks/after_turn.sh\"\n"
+        ),
+    );
+    write(
+        &site.plugin_dir(name).join("hooks/ingest.sh"),
+        &format!(
+            "cat > /dev/null\necho \"{name} heard: $LIBREFANG_MESSAGE\" >&2\n\
+             printf '{{\"memories\":[{{\"content\":\"{name} recalls %s\"}}]}}\\n' \"$LIBREFANG_MESSAGE\"\n"
+        ),
+    );
+    write(&site.plugin_dir(name).join("hooks/after_turn.sh"), "cat > /dev/null\necho '{\"type\":\"ok\"}'\n");
+}
+
+/// A plugin that cannot load: its hook script is not there.
+fn broken_plugin(site: &Site, name: &str) {
+    write(
+        &site.plugin_dir(name).join("plugin.toml"),
+        &format!("name = \"{name}\"\nversion = \"0.0.1\"\n[hooks]\nruntime = \"bash\"\ningest = \"hooks/missing.sh\"\n"),
+    );
+}
+
+fn url(daemon: &Daemon, fragment: &str) -> String {
+    format!("http://{}/{fragment}", daemon.addr)
+}
+
+#[test]
+fn the_page_shows_every_view_without_console_errors_and_lists_a_broken_plugin_with_its_error() {
+    let site = Site::new();
+    memory_plugin(&site, "notes");
+    broken_plugin(&site, "broken");
+    let daemon = site.start(&[]);
+    let api_error = daemon.get("/api/plugins").json();
+    let api_error = api_error.as_array().unwrap().iter().find(|p| p["name"] == "broken").unwrap()["error"].clone();
+    let api_error = api_error.as_str().expect("the API reports the broken plugin's error").to_owned();
+
+    let b = Browser::start();
+    b.open(&url(&daemon, ""));
+    // The broken plugin's row says error, and the row below holds the error
+    // itself, as the API has it.
+    b.wait_text("tr[data-plugin=broken][data-status=error]", "error");
+    let shown = b.wait_text("pre[data-error-of=broken]", "missing.sh");
+    assert_eq!(shown.trim(), api_error.trim(), "the page shows the full error");
+    b.wait_text("tr[data-plugin=notes][data-status=running]", "1.2.3");
+    b.screenshot("plugins-1280x800");
+
+    // Every view, through its link.
+    for (view, shows) in [
+        ("health", "#view-health"),
+        ("logs", "#log-lines"),
+        ("turns", "#turn-agent"),
+        ("memory", "#memory-agent"),
+        ("agent", "#agent-vfs"),
+        ("plugins", "#plugin-table"),
+    ] {
+        b.click(&format!("#nav a[data-view={view}]"));
+        b.find(shows);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(b.js("return location.hash"), json!(format!("#{view}")));
+    }
+    let errors = b.console_errors();
+    assert!(errors.is_empty(), "console errors:\n{}", errors.join("\n"));
+
+    // A narrow window: nothing wider than the window, still not blank.
+    b.rt.block_on(b.driver().set_window_size(390, 844)).unwrap();
+    b.find("#plugin-table");
+    std::thread::sleep(Duration::from_millis(200));
+    let widths = b.js("return [document.documentElement.scrollWidth, window.innerWidth]");
+    assert!(widths[0].as_f64() <= widths[1].as_f64(), "the page is wider than a narrow window: {widths}");
+    b.screenshot("plugins-narrow");
+}
