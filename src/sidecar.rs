@@ -8,6 +8,8 @@
 //! - `librefang`: the exact reply shapes LibreFang's serde types parse.
 //! - `ids`: UUIDs and RFC 3339 times, written by hand.
 //! - `turns`: which agents still have `after_turn` work running.
+//! - `fleet`: on a shared store, the calls refused while a stack plugin's
+//!   files are not the fleet's version, and the change feed applied.
 //!
 //! Requests run concurrently and replies go out as they finish (out of order);
 //! one writer thread owns stdout, so lines never interleave. Invariants: only
@@ -16,6 +18,7 @@
 //! every request read is answered and `after_turn` work settles (bounded)
 //! before [`serve`] returns.
 
+pub mod fleet;
 mod ids;
 mod librefang;
 mod methods;
@@ -44,12 +47,15 @@ pub struct ServeReport {
 
 /// Answers requests from `input` on `output` until `input` ends (or `stop`
 /// completes: a signal), then waits for answers and pending `after_turn`
-/// work (up to the settle timeout).
+/// work (up to the settle timeout). With `plugins` (the catalog the stack
+/// was built from), a call whose hook a refused stack plugin declares gets
+/// an error reply naming it ([`fleet`]).
 ///
 /// `input` is read on a thread of its own and `output` written by another,
 /// so blocking stdio never holds a runtime worker.
 pub async fn serve(
     engine: Arc<StackEngine>,
+    plugins: Option<Arc<fleet::Plugins>>,
     input: impl BufRead + Send + 'static,
     output: impl Write + Send + 'static,
     options: SidecarOptions,
@@ -117,6 +123,12 @@ pub async fn serve(
                     let _ = reply_tx.send(wire::reply(&id, Err(error)));
                     continue;
                 };
+                let refused = plugins.as_ref().and_then(|p| p.refusing(&methods.engine, method.hook()));
+                if let Some(refusal) = refused {
+                    tracing::warn!("sidecar: `{}` refused: {refusal}", method.name());
+                    let _ = reply_tx.send(wire::refused(&id, &refusal, method.hook().as_str()));
+                    continue;
+                }
                 let turn = methods.begin_turn(method, &params);
                 let (methods, reply_tx) = (methods.clone(), reply_tx.clone());
                 running.spawn(async move {

@@ -173,12 +173,17 @@ fn an_instance_whose_plugin_files_differ_refuses_the_plugin_until_the_fleet_agre
     assert_eq!((&status["state"], &status["content_hash"]), (&json!("error"), &json!(h2)), "{status}");
     let error = status["error"].as_str().unwrap();
     assert!(error.contains(&h1) && error.contains(&h2), "{error}");
-    // An ingest through B is served without p: its changed script never runs.
     let ingest = json!({"message": "anything?"}).to_string();
+    // An ingest through B is refused, not served without p (503, a retry
+    // later, both hashes and the way out); its changed script never runs.
     let r = dbb.post("/api/agents/a1/ingest", &ingest);
-    assert_eq!(r.status, 200, "{}", r.body);
-    assert!(!recalled(&r.json()).contains(&"from v2".to_owned()), "{}", r.body);
+    assert_refused(&r, "ingest", &h2, &h1);
     assert!(!marks.path().join("v2").exists(), "B ran its changed script");
+    // A call p takes no part in is served as usual.
+    let r = dbb.post("/api/agents/a1/assemble", &json!({"messages": [{"role": "user", "content": "hi"}]}).to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_degraded(&dbb, &h2, &h1);
+    assert_eq!(da.get("/healthz").status, 200, "A serves every plugin");
     // A serves p as before.
     let r = da.post("/api/agents/a1/ingest", &ingest);
     assert!(recalled(&r.json()).contains(&"from v1".to_owned()), "{}", r.body);
@@ -205,6 +210,7 @@ fn an_instance_whose_plugin_files_differ_refuses_the_plugin_until_the_fleet_agre
     let r = dbb.post("/api/agents/a1/ingest", &ingest);
     assert!(recalled(&r.json()).contains(&"from v2".to_owned()), "{}", r.body);
     assert!(marks.path().join("v2").exists(), "B runs p again, at the fleet's version");
+    assert_eq!(dbb.get("/healthz").status, 200, "B is healthy again");
 
     // Without a daemon: `ctxhost plugin adopt` records a home's files as the
     // fleet's version; the other home's report now names the difference.
@@ -217,6 +223,89 @@ fn an_instance_whose_plugin_files_differ_refuses_the_plugin_until_the_fleet_agre
     let (code, text) = run(&b, &["doctor"]);
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains(&h3) && text.contains(&h2), "{text}");
+}
+
+/// `r` is a call of `hook` refused because plugin `p`'s files here hash to
+/// `here` while the fleet runs `fleet`: 503, `Retry-After`, the distinct
+/// kind, both hashes and what to do.
+fn assert_refused(r: &crate::util::http::Response, hook: &str, here: &str, fleet: &str) {
+    assert_eq!(r.status, 503, "{}", r.body);
+    let retry = r.header("retry-after").unwrap_or_else(|| panic!("no Retry-After: {:?}", r.headers));
+    assert!(retry.parse::<u32>().is_ok_and(|s| s > 0), "{retry}");
+    let body = r.json();
+    assert_eq!(
+        (&body["kind"], &body["plugin"], &body["hook"], &body["content_hash"], &body["fleet_hash"]),
+        (&json!("plugin_version_mismatch"), &json!("p"), &json!(hook), &json!(here), &json!(fleet)),
+        "{body}"
+    );
+    let error = body["error"].as_str().unwrap();
+    assert!(error.contains(here) && error.contains(fleet), "{error}");
+    let fix = body["fix"].as_str().unwrap();
+    assert!(fix.contains("POST /api/plugins/p/reload") && fix.contains("ctxhost plugin adopt p"), "{fix}");
+}
+
+/// `/healthz` of `d` says it is degraded: 503, plugin `p` refused with both hashes.
+fn assert_degraded(d: &crate::util::http::Daemon, here: &str, fleet: &str) {
+    let r = d.get("/healthz");
+    assert_eq!(r.status, 503, "{}", r.body);
+    let body = r.json();
+    assert_eq!(body["status"], "degraded", "{body}");
+    let refused = body["refused"].as_array().unwrap();
+    assert_eq!(refused.len(), 1, "{body}");
+    assert_eq!((&refused[0]["plugin"], &refused[0]["content_hash"]), (&json!("p"), &json!(here)), "{body}");
+    assert_eq!(refused[0]["fleet_hash"], fleet, "{body}");
+}
+
+/// A and B run the same `p`; B's files change under it (nothing looks at
+/// them yet); the fleet's version is adopted through A (`ctxhost plugin
+/// adopt` on A's home: the change feed tells every instance). B re-hashes
+/// its files and refuses p within 2 s (its changed script no longer runs)
+/// while A serves on; B's files fixed and reloaded, it resumes.
+#[test]
+fn a_running_instance_re_checks_its_files_when_the_fleet_adopts_a_version() {
+    let db = pg::database();
+    let marks = tempfile::tempdir().unwrap();
+    let (a, b) = (site_on(&db.url), site_on(&db.url));
+    for site in [&a, &b] {
+        write(
+            &site.home().join("config.toml"),
+            &format!("[store]\nurl = \"{}\"\n[context_engine]\nplugin = \"p\"\n", db.url),
+        );
+        versioned_plugin(site, marks.path(), "v1");
+    }
+    let (da, dbb) = (a.start(&[]), b.start(&[]));
+    within(10, "B's change-feed listener", || listeners(&db, dbb.pid()).len() == 1);
+    let h1 = plugin_p(&da.get("/api/plugins").json())["content_hash"].as_str().unwrap().to_owned();
+    let ingest = json!({"message": "anything?"}).to_string();
+    let r = dbb.post("/api/agents/a1/ingest", &ingest);
+    assert!(recalled(&r.json()).contains(&"from v1".to_owned()), "{}", r.body);
+    assert_eq!(dbb.get("/healthz").status, 200);
+
+    versioned_plugin(&b, marks.path(), "v2");
+    let (code, text) = run(&a, &["plugin", "adopt", "p"]);
+    assert_eq!(code, Some(0), "{text}");
+    // Until B re-checks, its one-shot hook runs the files on disk (what the
+    // re-check is for); from the refusal on, never.
+    within(2, "B refusing p", || dbb.post("/api/agents/a1/ingest", &ingest).status == 503);
+    let _ = std::fs::remove_file(marks.path().join("v2"));
+    let h2 = plugin_p(&dbb.get("/api/plugins").json())["content_hash"].as_str().unwrap().to_owned();
+    assert_ne!(h1, h2);
+    assert_refused(&dbb.post("/api/agents/a1/ingest", &ingest), "ingest", &h2, &h1);
+    assert_degraded(&dbb, &h2, &h1);
+    assert!(!marks.path().join("v2").exists(), "B ran its changed script after refusing p");
+    let r = da.post("/api/agents/a1/ingest", &ingest);
+    assert!(recalled(&r.json()).contains(&"from v1".to_owned()), "A serves on: {}", r.body);
+    assert_eq!(da.get("/healthz").status, 200);
+
+    // B's files fixed and reloaded: it resumes, at the fleet's version.
+    versioned_plugin(&b, marks.path(), "v1");
+    let r = dbb.post("/api/plugins/p/reload", "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = dbb.post("/api/agents/a1/ingest", &ingest);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(recalled(&r.json()).contains(&"from v1".to_owned()), "{}", r.body);
+    assert_eq!(dbb.get("/healthz").status, 200);
+    assert_eq!(db.query("SELECT hash FROM plugin_versions WHERE plugin = 'p'").unwrap(), [[Some(h1)]]);
 }
 
 /// `ctxhost serve`'s change-feed listener of the daemon with `pid`, as the
@@ -382,6 +471,105 @@ fn a_reload_through_one_instance_reloads_the_plugin_on_another_within_2_s() {
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(say(&da), "hi v2");
     within(2, "B reloading", || say(&dbb) == "hi v2");
+}
+
+/// Plugin `p` for the sidecar test: a bash ingest hook recalling its `TAG`
+/// (`[env]`, fixed at load), its `LIMIT` (`[agent_config]`, from the config
+/// file ctxhost writes at load) and `SEEN` (a host variable, once granted).
+fn sidecar_plugin(site: &Site, tag: &str) {
+    write(
+        &site.plugin_dir("p").join("plugin.toml"),
+        &format!(
+            "name = \"p\"\nversion = \"1.0.0\"\n[env]\nTAG = \"{tag}\"\nSEEN = \"${{CTXHOST_T_SIDECAR_SECRET}}\"\n\
+             [agent_config]\nLIMIT = {{ type = \"int\", default = 3 }}\n[hooks]\nruntime = \"bash\"\n\
+             ingest = \"hooks/ingest.sh\"\n"
+        ),
+    );
+    write(
+        &site.plugin_dir("p").join("hooks/ingest.sh"),
+        "cat > /dev/null\ncfg=$(<\"$LIBREFANG_PLUGIN_CONFIG\")\nlimit=none\n\
+         [[ $cfg =~ \\\"LIMIT\\\":\\ *([0-9]+) ]] && limit=${BASH_REMATCH[1]}\n\
+         printf '{\"type\":\"ingest_result\",\"memories\":[{\"content\":\"p %s limit=%s seen=%s\"}]}\\n' \"$TAG\" \"$limit\" \"$SEEN\"\n",
+    );
+}
+
+/// One sidecar ingest; its reply.
+fn sidecar_ingest(sidecar: &mut crate::sidecar::Sidecar, id: &mut u64) -> Value {
+    *id += 1;
+    sidecar.send(&crate::sidecar::ingest(*id, "6f9619ff-8b86-4011-b42d-00c04fc964ff", "anything?"));
+    let reply = sidecar.next();
+    assert_eq!(reply["id"], json!(*id), "{reply}");
+    reply
+}
+
+/// What p recalled in a sidecar reply (`None`: p took no part).
+fn from_p(reply: &Value) -> Option<String> {
+    reply["ok"]["recalled_memories"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{reply}"))
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .find(|c| c.starts_with("p "))
+        .map(str::to_owned)
+}
+
+/// A `ctxhost sidecar` on the store follows the change feed as `serve`
+/// does: a config value set, a grant, a disable and an enable, a reload
+/// through a `serve` instance (or its home's CLI) reach the sidecar's stack
+/// within 2 s; a version adopted elsewhere that its files do not match
+/// makes it refuse p's calls with an error reply naming both hashes.
+#[test]
+fn a_sidecar_on_the_store_follows_changes_made_through_serve() {
+    let db = pg::database();
+    let (a, c) = (site_on(&db.url), site_on(&db.url));
+    write(&c.home().join("config.toml"), &format!("[store]\nurl = \"{}\"\n[context_engine]\nplugin = \"p\"\n", db.url));
+    for site in [&a, &c] {
+        sidecar_plugin(site, "v1");
+    }
+    let da = a.start(&[]);
+    let user_home = tempfile::tempdir().unwrap();
+    let mut sc =
+        crate::sidecar::Sidecar::start_with(c.home(), user_home.path(), &[], &[("CTXHOST_T_SIDECAR_SECRET", "s3cr3t")]);
+    let mut id = 0;
+    assert_eq!(from_p(&sidecar_ingest(&mut sc, &mut id)).as_deref(), Some("p v1 limit=3 seen="));
+    within(10, "the sidecar's change-feed listener", || listeners(&db, sc.pid()).len() == 1);
+    let mut says = |want: Option<&str>, what: &str| {
+        within(2, what, || from_p(&sidecar_ingest(&mut sc, &mut id)).as_deref() == want);
+    };
+
+    let r = da.send("PUT", "/api/plugins/p/config", Some(r#"{"values":{"LIMIT":7}}"#));
+    assert_eq!(r.status, 200, "{}", r.body);
+    says(Some("p v1 limit=7 seen="), "the sidecar taking the config value");
+    a.ctxhost(&["plugin", "grant", "p", "--env", "CTXHOST_T_SIDECAR_SECRET"]);
+    says(Some("p v1 limit=7 seen=s3cr3t"), "the sidecar applying the grant");
+    a.ctxhost(&["plugin", "disable", "p"]);
+    says(None, "the sidecar leaving p out");
+    a.ctxhost(&["plugin", "enable", "p"]);
+    says(Some("p v1 limit=7 seen=s3cr3t"), "the sidecar calling p again");
+    for site in [&a, &c] {
+        sidecar_plugin(site, "v2");
+    }
+    let r = da.post("/api/plugins/p/reload", "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    says(Some("p v2 limit=7 seen=s3cr3t"), "the sidecar reloading p");
+
+    // The sidecar's files change; the fleet's version (A's) is adopted.
+    sidecar_plugin(&c, "v3");
+    let (code, text) = run(&a, &["plugin", "adopt", "p"]);
+    assert_eq!(code, Some(0), "{text}");
+    let refused = |reply: &Value| reply["kind"] == "plugin_version_mismatch";
+    within(2, "the sidecar refusing p", || refused(&sidecar_ingest(&mut sc, &mut id)));
+    let reply = sidecar_ingest(&mut sc, &mut id);
+    let fleet = db.query("SELECT hash FROM plugin_versions WHERE plugin = 'p'").unwrap()[0][0].clone().unwrap();
+    assert_eq!(
+        (&reply["plugin"], &reply["hook"], &reply["fleet_hash"]),
+        (&json!("p"), &json!("ingest"), &json!(fleet))
+    );
+    let here = reply["content_hash"].as_str().unwrap_or_else(|| panic!("{reply}"));
+    assert_ne!(here, fleet);
+    let error = reply["error"].as_str().unwrap();
+    assert!(error.contains(here) && error.contains(&fleet) && error.contains("ctxhost plugin adopt p"), "{error}");
+    assert!(reply.get("ok").is_none(), "{reply}");
 }
 
 // ---- lease stream: triggers, schedules and the journal across instances ----

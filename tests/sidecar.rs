@@ -66,8 +66,8 @@ impl World {
     }
 }
 
-/// A running `ctxhost sidecar`.
-struct Sidecar {
+/// A running `ctxhost sidecar` (also driven by `cluster`).
+pub(crate) struct Sidecar {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: Receiver<String>,
@@ -76,6 +76,11 @@ struct Sidecar {
 
 impl Sidecar {
     fn start(home: &Path, user_home: &Path, args: &[&str]) -> Sidecar {
+        Sidecar::start_with(home, user_home, args, &[])
+    }
+
+    /// [`Sidecar::start`] with `envs` set for the sidecar.
+    pub(crate) fn start_with(home: &Path, user_home: &Path, args: &[&str], envs: &[(&str, &str)]) -> Sidecar {
         let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("ctxhost"))
             .env_remove("RUST_LOG")
             .env_remove("CTXHOST_HOME")
@@ -85,6 +90,7 @@ impl Sidecar {
             .arg("--home")
             .arg(home)
             .args(args)
+            .envs(envs.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -113,12 +119,16 @@ impl Sidecar {
         Sidecar { stdin: child.stdin.take(), child, lines, stderr }
     }
 
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
 
+    pub(crate) fn pid(&self) -> i32 {
+        i32::try_from(self.child.id()).unwrap()
+    }
+
     /// Writes one request line, as LibreFang does (then flushes).
-    fn send(&mut self, line: &str) {
+    pub(crate) fn send(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin still open");
         stdin.write_all(line.as_bytes()).unwrap();
         stdin.write_all(b"\n").unwrap();
@@ -126,7 +136,7 @@ impl Sidecar {
     }
 
     /// The next reply line; it must be one JSON object with an `id`.
-    fn next(&self) -> Value {
+    pub(crate) fn next(&self) -> Value {
         match self.lines.recv_timeout(PATIENCE) {
             Ok(line) => {
                 let v: Value = serde_json::from_str(&line)
@@ -190,7 +200,7 @@ fn bootstrap(id: u64) -> String {
     )
 }
 
-fn ingest(id: u64, agent: &str, message: &str) -> String {
+pub(crate) fn ingest(id: u64, agent: &str, message: &str) -> String {
     json!({"id": id, "method": "ingest", "params": {"agent_id": agent, "peer_id": null, "user_message": message}})
         .to_string()
 }

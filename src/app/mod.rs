@@ -11,6 +11,8 @@
 pub mod agent_loop;
 pub mod catalog;
 pub mod doctor;
+pub mod follow;
+pub mod grant;
 pub mod install;
 pub mod registry;
 pub mod stack;

@@ -90,6 +90,15 @@ pub fn build(catalog: &Catalog, cx: &crate::host::LoadContext<'_>) -> Result<(St
                 ));
                 layers.push(StackLayer::empty(name.clone(), weight));
             }
+            _ if entry.refused.is_some() => {
+                let error = entry.status.error.as_deref().unwrap_or("its version is not the fleet's");
+                warnings.push(format!(
+                    "plugin '{name}' is refused on this instance: calls of its hooks ({}) are answered with an error \
+                     until it agrees with the fleet: {error}",
+                    entry.status.hooks.join(", ")
+                ));
+                layers.push(StackLayer::empty(name.clone(), weight));
+            }
             _ => {
                 let error = entry.status.error.as_deref().unwrap_or("it did not load");
                 warnings.push(format!("plugin '{name}' is left out of the stack: {error}"));

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::{CliResult, show_warnings};
-use crate::app::load_stack;
+use crate::app::catalog::{Catalog, Options};
 use crate::config::HostConfig;
 use crate::home::Home;
 use crate::host::LoadContext;
@@ -57,11 +57,17 @@ pub fn exec(args: SidecarArgs, home: &Home) -> CliResult {
     crate::runner::process::tmp::remove_stale_in_temp_dir();
     // The runtime first: a memory in PostgreSQL ([store] url) opens on it.
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let (mut engine, warnings) = {
+    // On a shared store, the change feed's last id before anything is
+    // loaded: what changes meanwhile is applied after.
+    let feed = crate::host::store::open_feed(home)?.map(|f| f.head().map(|seen| (f, seen))).transpose()?;
+    let catalog = Catalog::load(&cx, &Options::stack(&config));
+    let (mut engine, mut warnings) = {
         let _current = runtime.enter();
-        load_stack(&cx)?
+        crate::app::stack::build(&catalog, &cx)?
     };
+    warnings.extend(catalog.warnings());
     show_warnings(&warnings);
+    let plugins = Arc::new(sidecar::fleet::Plugins::new(catalog, home.clone(), config.clone()));
     let journal = crate::engine::durable::open_journal(home, &config.context_engine)?;
     tracing::info!(plugins = ?engine.layer_names(), "ctxhost sidecar ready");
     let options = SidecarOptions {
@@ -77,7 +83,10 @@ pub fn exec(args: SidecarArgs, home: &Home) -> CliResult {
         let stop = async move {
             signal.await;
         };
-        sidecar::serve(Arc::new(engine), input, std::io::stdout(), options, stop).await
+        let engine = Arc::new(engine);
+        // What other instances on the store change reaches this stack too.
+        let _follower = feed.map(|(f, seen)| sidecar::fleet::follow(engine.clone(), plugins.clone(), f, seen));
+        sidecar::serve(engine, Some(plugins), input, std::io::stdout(), options, stop).await
     });
     tracing::info!(
         requests = report.requests,

@@ -64,6 +64,9 @@ pub(crate) async fn message(
             "`origin` must be user, trigger_foreground or trigger_background, not {origin:?}"
         ));
     }
+    if let Some(refusal) = state.refused_in_agent_loop(HookName::MessageReceived) {
+        return JsonReply::refused(&refusal, HookName::MessageReceived.as_str());
+    }
     let history = b.get("history").cloned().unwrap_or(Value::Array(Vec::new()));
     match state.agent.message_received(&agent_id, &text, &origin, history).await {
         Ok(text) => JsonReply::ok(json!({"text": text})),
@@ -93,6 +96,11 @@ pub(crate) async fn call_tool(
         Ok(b) => b,
         Err(reply) => return reply,
     };
+    for hook in [HookName::ToolCallPre, HookName::ToolCallPost] {
+        if let Some(refusal) = state.refused_in_agent_loop(hook) {
+            return JsonReply::refused(&refusal, hook.as_str());
+        }
+    }
     let args = b.get("args").cloned().unwrap_or(Value::Object(Map::new()));
     match state.agent.call_tool(&agent_id, &name, args).await {
         Ok(ToolOutcome::Result { result, is_error }) => {
@@ -103,6 +111,11 @@ pub(crate) async fn call_tool(
             JsonReply::ok(reply)
         }
         Ok(ToolOutcome::Blocked(b)) => blocked(&b),
+        // A tool no running plugin has may be a refused plugin's.
+        Err(e @ AgentError::UnknownTool { .. }) => match state.refused_in_agent_loop(HookName::CallTool) {
+            Some(refusal) => JsonReply::refused(&refusal, HookName::CallTool.as_str()),
+            None => agent_error(e),
+        },
         Err(e) => agent_error(e),
     }
 }
@@ -125,6 +138,9 @@ pub(crate) async fn chain(State(state): State<Arc<AppState>>, Path(hook): Path<S
         Ok(b) => b,
         Err(reply) => return reply,
     };
+    if let Some(refusal) = state.refused_in_agent_loop(hook) {
+        return JsonReply::refused(&refusal, hook.as_str());
+    }
     let Some(key) = subject(hook) else {
         state.agent.observe(hook, fields).await;
         return JsonReply::ok(json!({}));
@@ -366,6 +382,10 @@ pub(crate) async fn communicate(State(state): State<Arc<AppState>>, Path(id): Pa
         return JsonReply::detail(StatusCode::SERVICE_UNAVAILABLE, format!("Plugin is disabled: {id}"));
     }
     if state.agent.plugin(&id).is_none() {
+        let refused = state.catalog.entry(&id).filter(|e| e.declares(HookName::Communicate)).and_then(|e| e.refused);
+        if let Some(refusal) = refused {
+            return JsonReply::refused(&refusal, HookName::Communicate.as_str());
+        }
         return JsonReply::detail(StatusCode::NOT_FOUND, format!("Plugin not found: {id}"));
     }
     match state.agent.communicate(&id, payload).await {

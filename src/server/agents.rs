@@ -12,6 +12,9 @@
 //! | others | `{"type":"ok"}` |
 //!
 //! An agent in any language uses ctxhost as its context engine this way.
+//! A call whose hook a stack plugin declares that is refused on this
+//! instance (its files are not the fleet's version) is a 503 with
+//! `Retry-After` and `kind` `plugin_version_mismatch` ([`JsonReply::refused`]).
 
 use std::sync::Arc;
 
@@ -49,6 +52,11 @@ pub(crate) async fn call(
         Ok(b) => b,
         Err(reply) => return reply,
     };
+    // A stack plugin with this hook whose files are not the fleet's version
+    // here: the call is refused, never served without it.
+    if let Some(refusal) = state.refused_in_stack(hook) {
+        return JsonReply::refused(&refusal, hook.as_str());
+    }
     // The route names the agent; for sub-agents it is the parent.
     let key = match hook {
         HookName::Bootstrap => None,
@@ -73,8 +81,17 @@ pub(crate) async fn call(
         Ok(r) => r,
         Err(e) => return JsonReply::bad_request(e.to_string()),
     };
-    match run(&state, request, compact_without_pressure).await {
-        Ok(reply) => JsonReply::ok(reply),
+    // The turn log's copy of the request, only when the recorder has room.
+    let slot = state.turns.slot();
+    let logged = slot.as_ref().map(|_| request.clone());
+    let (result, calls) = crate::metrics::traced(run(&state, request, compact_without_pressure)).await;
+    match result {
+        Ok(reply) => {
+            if let (Some(slot), Some(request)) = (slot, logged) {
+                slot.send(super::turns::TurnEvent { agent: agent_id, request, reply: reply.clone(), calls });
+            }
+            JsonReply::ok(reply)
+        }
         Err(e) => engine_failure(e),
     }
 }

@@ -27,31 +27,37 @@ pub(crate) fn hook_failure_status(kind: ErrorKind) -> StatusCode {
     }
 }
 
-/// A status and a JSON value.
+/// A status and a JSON value (and, for a 503 that will pass, when to retry).
 #[derive(Debug)]
 pub(crate) struct JsonReply {
     pub status: StatusCode,
     pub body: Value,
+    /// `Retry-After`, in seconds.
+    pub retry_after: Option<u32>,
 }
+
+/// The `Retry-After` of a refused call: the operator's reload or adopt
+/// reaches every instance within about two seconds.
+pub(crate) const REFUSED_RETRY_AFTER_SECS: u32 = 5;
 
 impl JsonReply {
     pub fn ok(body: Value) -> Self {
-        JsonReply { status: StatusCode::OK, body }
+        JsonReply { status: StatusCode::OK, body, retry_after: None }
     }
 
     pub fn with_status(status: StatusCode, body: Value) -> Self {
-        JsonReply { status, body }
+        JsonReply { status, body, retry_after: None }
     }
 
     /// `{"error": message}`.
     pub fn error(status: StatusCode, message: impl Into<String>) -> Self {
-        JsonReply { status, body: json!({ "error": message.into() }) }
+        JsonReply { status, body: json!({ "error": message.into() }), retry_after: None }
     }
 
     /// A FaustBot-route error: `{"detail": …}` as FastAPI writes it, and
     /// `error` as every other ctxhost route does.
     pub fn detail(status: StatusCode, message: String) -> Self {
-        JsonReply { status, body: json!({"detail": message, "error": message}) }
+        JsonReply { status, body: json!({"detail": message, "error": message}), retry_after: None }
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -60,6 +66,15 @@ impl JsonReply {
 
     /// A plugin call that failed: `{"error", "kind", "plugin", "hook"}` with
     /// the status of its kind ([`hook_failure_status`]).
+    /// A call of `hook` refused because `refusal`'s plugin takes part in it
+    /// and is not the fleet's version here: 503 with `Retry-After`.
+    pub fn refused(refusal: &crate::app::catalog::fleet::Refusal, hook: &str) -> Self {
+        let mut body = refusal.describe();
+        body["hook"] = json!(hook);
+        body["error"] = json!(refusal.refused_call(hook));
+        JsonReply { status: StatusCode::SERVICE_UNAVAILABLE, body, retry_after: Some(REFUSED_RETRY_AFTER_SECS) }
+    }
+
     pub fn hook_failure(kind: ErrorKind, message: String, plugin: &str, hook: &str) -> Self {
         JsonReply::with_status(
             hook_failure_status(kind),
@@ -70,7 +85,11 @@ impl JsonReply {
 
 impl IntoResponse for JsonReply {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.body)).into_response()
+        let mut response = (self.status, axum::Json(self.body)).into_response();
+        if let Some(secs) = self.retry_after {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(secs));
+        }
+        response
     }
 }
 

@@ -7,7 +7,10 @@
 //!   `config_changed` fires once per value, in order (as a set here would);
 //! - `enable`, `grant`, `reload`: the plugin is reloaded from this
 //!   instance's own files ([`super::reload`]), which reads the enable
-//!   choice and the grant from the store.
+//!   choice and the grant from the store, and compares their hash with the
+//!   fleet's version (files that differ: the plugin is refused);
+//! - `adopt`: a new fleet version; the plugin is reloaded likewise unless
+//!   it already runs from files of that version (it resumes, or is refused).
 //!
 //! Its own entries (same origin) were applied when they were made. Only a
 //! daemon on a store with a feed (PostgreSQL) runs this; on SQLite nothing
@@ -20,71 +23,22 @@ use std::sync::{Arc, Weak};
 use serde_json::Value;
 
 use super::AppState;
-use crate::host::store::feed::{ChangeKind, Feed, FeedEntry, Wake};
+use crate::app::follow::{Follower, adopt_changes};
+use crate::host::store::feed::{ChangeKind, Feed, FeedEntry};
 use crate::host::store::off_runtime;
-
-/// Entries read per query.
-const BATCH: usize = 256;
-
-/// The running reader: stops (and stops listening) when dropped.
-pub(crate) struct Follower {
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Follower {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
 
 /// Starts following `feed` after id `seen` (read before the plugins were
 /// loaded, so nothing committed since is missed).
 pub(crate) fn follow(state: &Arc<AppState>, feed: Arc<dyn Feed>, seen: i64) -> Follower {
-    let mut listener = feed.listen();
-    let state = Arc::downgrade(state);
-    let task = tokio::spawn(async move {
-        let _stop = listener.stop;
-        let mut seen = seen;
-        while listener.wakes.recv().await.is_some() {
-            // Wakes that came meanwhile are answered by this read too.
-            while let Ok(wake) = listener.wakes.try_recv() {
-                if wake == Wake::Connected {
-                    tracing::debug!("change feed reconnected: catching up after {seen}");
-                }
-            }
-            if !catch_up(&state, &feed, &mut seen).await {
-                return;
-            }
-        }
-    });
-    Follower { task }
-}
-
-/// Reads and applies every entry after `seen`; false when the daemon is gone.
-async fn catch_up(state: &Weak<AppState>, feed: &Arc<dyn Feed>, seen: &mut i64) -> bool {
-    loop {
-        let (reader, after) = (feed.clone(), *seen);
-        let entries = match off_runtime("feed_after", move || reader.after(after, BATCH)).await {
-            Ok(Ok(entries)) => entries,
-            Ok(Err(e)) | Err(e) => {
-                // The next wake (a reconnect at the latest) reads again.
-                tracing::warn!("cannot read the change feed: {e}");
-                return true;
-            }
-        };
-        let full = entries.len() == BATCH;
-        for entry in entries {
-            *seen = entry.id;
-            if entry.origin == feed.origin() {
-                continue;
-            }
+    let state: Weak<AppState> = Arc::downgrade(state);
+    crate::app::follow::follow(feed, seen, move |entry| {
+        let state = state.clone();
+        async move {
             let Some(state) = state.upgrade() else { return false };
             apply(&state, entry).await;
+            true
         }
-        if !full {
-            return true;
-        }
-    }
+    })
 }
 
 /// Applies one entry another instance made.
@@ -101,7 +55,18 @@ async fn apply(state: &Arc<AppState>, entry: FeedEntry) {
                 tracing::warn!("plugin '{name}': config set by another instance: {e}");
             }
         }
-        Some(kind @ (ChangeKind::Enable | ChangeKind::Grant | ChangeKind::Reload)) => {
+        Some(kind @ (ChangeKind::Enable | ChangeKind::Grant | ChangeKind::Reload | ChangeKind::Adopt)) => {
+            if kind == ChangeKind::Adopt {
+                let (looker, plugin, payload) = (state.clone(), name.to_owned(), entry.payload.clone());
+                let changes = off_runtime("feed_adopt", move || {
+                    adopt_changes(&looker.catalog, &looker.load_context(), &plugin, &payload)
+                })
+                .await;
+                if matches!(changes, Ok(false)) {
+                    tracing::debug!(plugin = %name, "adopted elsewhere: already runs that version");
+                    return;
+                }
+            }
             match super::reload::reload(state, name).await {
                 Ok(done) => tracing::info!(
                     plugin = %name,
@@ -111,6 +76,9 @@ async fn apply(state: &Arc<AppState>, entry: FeedEntry) {
                 ),
                 Err(super::reload::ReloadError::NotFound { .. }) => {
                     tracing::debug!(plugin = %name, "{} through another instance: not installed here", kind.as_str());
+                }
+                Err(super::reload::ReloadError::Refused(refusal)) => {
+                    tracing::warn!(plugin = %name, "{} through another instance: refused here: {refusal}", kind.as_str());
                 }
                 Err(e) => tracing::warn!("{} of plugin '{name}' through another instance: {e}", kind.as_str()),
             }

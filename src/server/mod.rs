@@ -38,10 +38,15 @@ mod conn;
 mod dashboard;
 mod faust_admin;
 mod feed;
+mod health;
 mod limits;
+mod logs;
+mod memory;
+mod plugin_admin;
 mod plugins;
 mod prometheus;
 mod reload;
+mod turns;
 mod watch;
 
 use std::net::SocketAddr;
@@ -49,7 +54,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::{MethodRouter, get, patch, post};
+use axum::routing::{MethodRouter, delete, get, patch, post, put};
 
 use crate::app::catalog::{Catalog, Options};
 use crate::config::HostConfig;
@@ -61,6 +66,7 @@ use crate::protocol::BootstrapRequest;
 
 pub use access::TARGET as LOG_TARGET;
 pub use auth::AddressPolicyError;
+pub use logs::capture_layer;
 
 /// How long shutdown waits for pending `after_turn` calls.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -117,11 +123,33 @@ pub(crate) struct AppState {
     /// The store's change feed (PostgreSQL): what this instance tells the
     /// others beyond what its store writes announce (a reload).
     feed: Option<Arc<dyn crate::host::store::feed::Feed>>,
+    /// The metrics over time (`GET /api/health/series`).
+    health: Arc<health::Health>,
+    /// Each agent's recent turns (`GET /api/turns`).
+    turns: Arc<turns::TurnLog>,
+    /// Set once when the daemon stops: long-lived answers (the log stream) end.
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl AppState {
     fn load_context(&self) -> LoadContext<'_> {
         LoadContext { home: &self.home, config: &self.config, host_env: &LoadContext::process_env }
+    }
+
+    /// A plugin of the stack's configuration that declares `hook` and is
+    /// refused here (its files are not the fleet's version).
+    fn refused_in_stack(&self, hook: crate::protocol::HookName) -> Option<Arc<crate::app::catalog::fleet::Refusal>> {
+        let names = self.engine.configured_names();
+        self.catalog.refusing(hook, |name, _| names.iter().any(|n| n == name))
+    }
+
+    /// A plugin that asks to take part in the agent loop, declares `hook`
+    /// and is refused here.
+    fn refused_in_agent_loop(
+        &self,
+        hook: crate::protocol::HookName,
+    ) -> Option<Arc<crate::app::catalog::fleet::Refusal>> {
+        self.catalog.refusing(hook, |_, entry| entry.agent_candidate)
     }
 }
 
@@ -180,7 +208,20 @@ pub struct Routes {
     /// Trigger watcher, schedules and heartbeats of the agent loop.
     timers: crate::agent::timers::Timers,
     /// Applies what other instances on the store changed (PostgreSQL).
-    follower: Option<feed::Follower>,
+    follower: Option<crate::app::follow::Follower>,
+    /// The health sampler and the turn recorder.
+    tasks: Tasks,
+}
+
+/// Background tasks of the routes, stopped when dropped.
+struct Tasks(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
 }
 
 impl Routes {
@@ -243,7 +284,14 @@ impl Routes {
         };
         engine.attach_journal(journal);
         let timers = crate::agent::timers::Timers::start(&agent, crate::agent::timers::TICK);
+        let health = Arc::new(health::Health::default());
+        let sampler = health::start(engine.metrics().clone(), health.clone());
+        let (turns, recorder) =
+            turns::TurnLog::start(engine.default_engine().clone(), config.context_engine.context_window_tokens);
         let state = Arc::new(AppState {
+            health,
+            turns,
+            stopping: tokio::sync::watch::Sender::new(false),
             limits: limits::RequestLimits::new(&config.server),
             home,
             config,
@@ -255,7 +303,7 @@ impl Routes {
             feed: feed.as_ref().map(|(f, _)| f.clone()),
         });
         let follower = feed.map(|(f, seen)| feed::follow(&state, f, seen));
-        Ok(Routes { state, timers, follower })
+        Ok(Routes { state, timers, follower, tasks: Tasks(vec![sampler, recorder]) })
     }
 
     /// Every route of the daemon, over these engines.
@@ -267,6 +315,8 @@ impl Routes {
     /// for the next start), waits (bounded) for the `after_turn` calls under
     /// way, stops the timers, then the plugins' persistent workers.
     pub async fn stop(self) {
+        self.state.stopping.send_replace(true);
+        drop(self.tasks);
         drop(self.follower);
         self.state.engine.close_journal();
         if tokio::time::timeout(SETTLE_TIMEOUT, self.state.engine.settle()).await.is_err() {
@@ -327,12 +377,17 @@ fn route_table() -> RouteTable {
         .route("/faust/plugins/{id}/frontend/{*path}", get(agent_loop::frontend), Guard::Open)
         .route("/metrics", get(prometheus::metrics), Guard::Open)
         .route("/healthz", get(healthz), Guard::Open)
+        .route("/api/health/series", get(health::series), Guard::Open)
+        .route("/api/agents", get(turns::agents), Guard::Open)
         // The dashboard: fixed files that carry no data (the page reads the API).
         .route("/", get(dashboard::index), Guard::Open)
         .route("/dashboard/{*path}", get(dashboard::asset), Guard::Open)
         .route("/api/plugins/scaffold", post(plugins::scaffold), Guard::Token)
         .route("/api/plugins/{name}/reload", post(plugins::reload), Guard::Token)
         .route("/api/plugins/{name}/test-hook", post(plugins::test_hook), Guard::Token)
+        .route("/api/plugins/{name}/enable", post(plugin_admin::enable), Guard::Token)
+        .route("/api/plugins/{name}/disable", post(plugin_admin::disable), Guard::Token)
+        .route("/api/plugins/{name}/grants", put(plugin_admin::put_grants), Guard::Token)
         .route("/api/agents/{agent_id}/{hook}", post(agents::call), Guard::Token)
         .route("/api/agents/{agent_id}/messages", post(agent_loop::message), Guard::Token)
         .route("/api/agents/{agent_id}/tools/{name}", post(agent_loop::call_tool), Guard::Token)
@@ -348,6 +403,12 @@ fn route_table() -> RouteTable {
         .route("/faust/plugins/{id}/communicate", post(agent_loop::communicate), Guard::Token)
         .route("/faust/admin/plugins/{id}/enable", post(faust_admin::enable), Guard::Token)
         .route("/faust/admin/plugins/{id}/disable", post(faust_admin::disable), Guard::Token)
+        // Plugin output, turns (recalled memories) and the memory itself.
+        .route("/api/logs", get(logs::poll), Guard::Token)
+        .route("/api/logs/stream", get(logs::stream), Guard::Token)
+        .route("/api/turns", get(turns::turns), Guard::Token)
+        .route("/api/memory/{agent}", get(memory::search), Guard::Token)
+        .route("/api/memory/{agent}/{id}", delete(memory::delete), Guard::Token)
         // Starts processes (runtime probes) and loads every plugin.
         .route("/api/plugins/doctor", get(plugins::doctor), Guard::Token)
 }
@@ -370,8 +431,21 @@ fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
+/// `GET /healthz`: 200 `{"status":"ok","plugins"}`; 503
+/// `{"status":"degraded","plugins","refused":[…]}` while a plugin is
+/// refused here (its files are not the fleet's version): a load balancer
+/// then sends the calls to instances that serve them all.
 async fn healthz(axum::extract::State(state): axum::extract::State<Arc<AppState>>) -> body::JsonReply {
-    body::JsonReply::ok(serde_json::json!({"status": "ok", "plugins": state.engine.layer_names()}))
+    let plugins = state.engine.layer_names();
+    let refused = state.catalog.refused();
+    if refused.is_empty() {
+        return body::JsonReply::ok(serde_json::json!({"status": "ok", "plugins": plugins}));
+    }
+    let refused: Vec<serde_json::Value> = refused.iter().map(|r| r.describe()).collect();
+    body::JsonReply::with_status(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        serde_json::json!({"status": "degraded", "plugins": plugins, "refused": refused}),
+    )
 }
 
 /// A path no route has: a 404 naming the nearest route, if one is near.

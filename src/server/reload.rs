@@ -46,11 +46,15 @@ pub(crate) enum ReloadError {
     /// The blocking load task itself failed (a panic in a loader).
     #[error("the reload task failed: {0}")]
     Task(String),
+    /// Its files here are not the fleet's version: it was taken out and
+    /// its calls are refused (`app::catalog::fleet`).
+    #[error("plugin '{plugin}' is refused on this instance: {0}", plugin = .0.plugin)]
+    Refused(Arc<catalog::fleet::Refusal>),
 }
 
 impl ReloadError {
     /// Which step refused the reload: `not_found`, `name`, `load`,
-    /// `services`, `start`, `task` (the `stage` of the route's 400 body).
+    /// `services`, `start`, `task`, `version` (the `stage` of the route's 400 body).
     pub(crate) fn stage(&self) -> &'static str {
         match self {
             ReloadError::NotFound { .. } => "not_found",
@@ -59,13 +63,16 @@ impl ReloadError {
             ReloadError::Services { .. } => "services",
             ReloadError::Start { .. } => "start",
             ReloadError::Task(_) => "task",
+            ReloadError::Refused(_) => "version",
         }
     }
 }
 
 /// Reloads plugin `name` of the plugins dir. A disabled plugin is taken
 /// out of the stack and the agent loop instead (its stack slot stays for a
-/// later reload).
+/// later reload); so is one whose files are not the fleet's version — it is
+/// refused (unlike other failed reloads, the running version does not stay:
+/// that would serve a version the other instances no longer run).
 pub(crate) async fn reload(state: &Arc<AppState>, name: &str) -> Result<Reloaded, ReloadError> {
     reload_with(state, name, catalog::fleet::Rule::Record).await
 }
@@ -99,16 +106,15 @@ pub(crate) async fn reload_with(
         active: false,
         warnings: status.warnings.clone(),
     };
+    if let Some(refusal) = entry.refused.clone() {
+        take_out(state, name).await;
+        state.catalog.put(name, entry.clone());
+        state.catalog.sync(&state.engine, &state.agent);
+        return Err(ReloadError::Refused(refusal));
+    }
     let plugin = match (status.state, &entry.plugin) {
         (State::Disabled, _) => {
-            if state.engine.clear_layer(name) {
-                tracing::info!(plugin = %name, "disabled: taken out of the stack");
-            }
-            if state.agent.plugin(name).is_some() || state.agent.failed().contains_key(name) {
-                // Also forgets a start failure: a disabled plugin is not failing.
-                state.agent.replace(name, None).await;
-                tracing::info!(plugin = %name, "disabled: taken out of the agent loop");
-            }
+            take_out(state, name).await;
             state.catalog.put(name, entry.clone());
             state.catalog.sync(&state.engine, &state.agent);
             report.warnings.push(format!("plugin '{name}' is disabled; `ctxhost plugin enable {name}` turns it on"));
@@ -161,6 +167,18 @@ pub(crate) async fn reload_with(
         tracing::info!(plugin = %name, "reloaded; new calls use the new version");
     }
     Ok(report)
+}
+
+/// Takes plugin `name` out of the stack (its slot stays) and the agent loop.
+async fn take_out(state: &AppState, name: &str) {
+    if state.engine.clear_layer(name) {
+        tracing::info!(plugin = %name, "taken out of the stack");
+    }
+    if state.agent.plugin(name).is_some() || state.agent.failed().contains_key(name) {
+        // Also forgets a start failure: a plugin that does not run is not failing.
+        state.agent.replace(name, None).await;
+        tracing::info!(plugin = %name, "taken out of the agent loop");
+    }
 }
 
 /// Tells the other instances on the store (its change feed, if it has one)

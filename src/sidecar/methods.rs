@@ -40,6 +40,17 @@ impl Method {
         })
     }
 
+    /// The context hook the method calls.
+    pub fn hook(self) -> crate::protocol::HookName {
+        use crate::protocol::HookName;
+        match self {
+            Method::Bootstrap => HookName::Bootstrap,
+            Method::Ingest => HookName::Ingest,
+            Method::Assemble => HookName::Assemble,
+            Method::AfterTurn => HookName::AfterTurn,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Method::Bootstrap => "bootstrap",

@@ -160,6 +160,17 @@ pub fn reply(id: &Value, result: Result<Value, String>) -> String {
     .to_string()
 }
 
+/// The error reply of a call of `hook` refused because a stack plugin is
+/// refused on this instance: `error` (what LibreFang logs) and the
+/// refusal's fields (`kind` `plugin_version_mismatch`, both hashes, `fix`).
+pub fn refused(id: &Value, refusal: &crate::app::catalog::fleet::Refusal, hook: &str) -> String {
+    let mut value = refusal.describe();
+    value["id"] = id.clone();
+    value["hook"] = json!(hook);
+    value["error"] = json!(refusal.refused_call(hook));
+    value.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,11 +11,18 @@
 //! `ctxhost plugin adopt` and `POST /api/plugins/{name}/reload` record this
 //! home's files as it ([`Rule::Adopt`]); starts and the other reloads (the
 //! change feed's, `--watch`, enable) only compare ([`Rule::Record`]),
-//! reports only read ([`Rule::Look`]).
+//! reports only read ([`Rule::Look`]). An adopted version reaches the
+//! running instances through the change feed (an `adopt` or `reload`
+//! entry): each re-hashes its own files and refuses or resumes the plugin
+//! (`app::follow`).
 //!
 //! On the embedded SQLite store (one home, one set of files) there is no
 //! one to disagree with: the record follows every start, reload and install,
 //! and nothing is refused.
+//!
+//! A plugin kept from running this way is *refused* ([`Refusal`]): the
+//! calls it would take part in are answered with an error naming it and
+//! both hashes (`server`, `sidecar`), rather than served without it.
 //!
 //! Never reads a plugin's files itself, never loads or runs anything.
 
@@ -33,6 +40,77 @@ pub enum Rule {
     /// Record this hash as the fleet's version, whatever was recorded (the
     /// operator's `plugin install` / `plugin adopt`).
     Adopt,
+}
+
+/// Why plugin `plugin` does not run on this instance: its files are not
+/// the version the instances on the store run (or that cannot be told).
+/// Its [`Display`](std::fmt::Display) is the plugin status's error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub plugin: String,
+    /// The content hash of its files here (`None`: it cannot be computed).
+    pub here: Option<String>,
+    /// The manifest's version here.
+    pub here_version: String,
+    /// The fleet's version (`None`: the store could not be read).
+    pub fleet: Option<Box<PluginVersion>>,
+    /// Why, with the way out.
+    pub reason: String,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+/// The `kind` of a call refused because a plugin taking part in it is
+/// refused on this instance (the HTTP 503's body, the sidecar's error reply).
+pub const REFUSED_KIND: &str = "plugin_version_mismatch";
+
+impl Refusal {
+    /// What every surface says about it: `kind`, the plugin, both hashes,
+    /// the fleet's record, the reason and what to do.
+    pub fn describe(&self) -> serde_json::Value {
+        let fleet = self.fleet.as_ref();
+        serde_json::json!({
+            "kind": REFUSED_KIND,
+            "plugin": self.plugin,
+            "content_hash": self.here,
+            "version": self.here_version,
+            "fleet_hash": fleet.map(|f| f.hash.as_str()),
+            "fleet_version": fleet.map(|f| f.version.as_str()),
+            "recorded_by": fleet.map(|f| f.recorded_by.as_str()),
+            "reason": self.reason,
+            "fix": self.remedy(),
+        })
+    }
+
+    /// The error text of a refused call of `hook`.
+    pub fn refused_call(&self, hook: &str) -> String {
+        format!("plugin '{}' takes part in `{hook}` and is refused on this instance: {}", self.plugin, self.reason)
+    }
+
+    /// A refusal whose versions could not be compared (`reason` says why).
+    pub fn unknown(plugin: &str, here: Option<&str>, here_version: &str, reason: String) -> Refusal {
+        Refusal {
+            plugin: plugin.to_owned(),
+            here: here.map(str::to_owned),
+            here_version: here_version.to_owned(),
+            fleet: None,
+            reason,
+        }
+    }
+
+    /// What an operator does about it.
+    pub fn remedy(&self) -> String {
+        let name = &self.plugin;
+        format!(
+            "make this instance's files of plugin '{name}' the same as the other instances' and reload it \
+             (`POST /api/plugins/{name}/reload` here records these files as the version every instance runs; \
+             `ctxhost plugin adopt {name}` does so without a daemon); calls resume once they agree"
+        )
+    }
 }
 
 /// Who records: `<host>:<home>`, so a person can find the instance.
@@ -53,15 +131,16 @@ pub fn record(cx: &LoadContext<'_>, name: &str, hash: &str, version: &str) -> Pl
 }
 
 /// Applies `rule` to plugin `name` whose files hash to `hash` here (its
-/// manifest says `version`). `Err`: why it must not run here (the text of
-/// its status's error).
-pub fn check(cx: &LoadContext<'_>, name: &str, hash: &str, version: &str, rule: Rule) -> Result<(), String> {
+/// manifest says `version`). `Err`: why it must not run here.
+pub fn check(cx: &LoadContext<'_>, name: &str, hash: &str, version: &str, rule: Rule) -> Result<(), Refusal> {
     if rule == Rule::Look && !crate::host::store::exists(cx.home) {
         // Nothing recorded, and a report does not make a store.
         return Ok(());
     }
-    let store = crate::host::store::open(cx.home)
-        .map_err(|e| format!("its version cannot be compared with the store's: {}", e.message()))?;
+    let store = crate::host::store::open(cx.home).map_err(|e| {
+        let reason = format!("its version cannot be compared with the store's: {}", e.message());
+        Refusal::unknown(name, Some(hash), version, reason)
+    })?;
     check_on(&*store, cx, name, hash, version, rule)
 }
 
@@ -73,7 +152,7 @@ pub fn check_on(
     hash: &str,
     version: &str,
     rule: Rule,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     decide(store, store.shared(), cx, name, hash, version, rule)
 }
 
@@ -87,10 +166,12 @@ fn decide(
     hash: &str,
     version: &str,
     rule: Rule,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     let ours = || record(cx, name, hash, version);
-    let failed =
-        |e: crate::host::store::StoreError| format!("its version cannot be recorded in the store: {}", e.message());
+    let failed = |e: crate::host::store::StoreError| {
+        let reason = format!("its version cannot be recorded in the store: {}", e.message());
+        Refusal::unknown(name, Some(hash), version, reason)
+    };
     let fleet = match rule {
         Rule::Look if !shared => return Ok(()),
         Rule::Look => match store.plugin_version(name).map_err(failed)? {
@@ -115,9 +196,9 @@ fn decide(
     Err(mismatch(name, hash, version, &fleet))
 }
 
-/// The error of an instance whose files of `name` are not the fleet's.
-fn mismatch(name: &str, hash: &str, version: &str, fleet: &PluginVersion) -> String {
-    format!(
+/// The refusal of an instance whose files of `name` are not the fleet's.
+fn mismatch(name: &str, hash: &str, version: &str, fleet: &PluginVersion) -> Refusal {
+    let reason = format!(
         "its files here ({hash}, version {version}) differ from the version the instances on this store run \
          ({fleet_hash}, version {fleet_version}, recorded by {by}); it does not run here rather than mix versions. \
          Make its files the same as the other instances', or make these the version every instance runs: \
@@ -125,7 +206,14 @@ fn mismatch(name: &str, hash: &str, version: &str, fleet: &PluginVersion) -> Str
         fleet_hash = fleet.hash,
         fleet_version = fleet.version,
         by = fleet.recorded_by,
-    )
+    );
+    Refusal {
+        plugin: name.to_owned(),
+        here: Some(hash.to_owned()),
+        here_version: version.to_owned(),
+        fleet: Some(Box::new(fleet.clone())),
+        reason,
+    }
 }
 
 #[cfg(test)]
@@ -162,8 +250,13 @@ mod tests {
             assert_eq!(s.plugin_version("p").unwrap(), None, "a report records nothing");
             shared("sha256:aa", "1", Rule::Record).unwrap();
             let e = shared("sha256:bb", "1", Rule::Record).unwrap_err();
+            assert_eq!(
+                (e.here.as_deref(), e.fleet.as_ref().map(|f| f.hash.as_str())),
+                (Some("sha256:bb"), Some("sha256:aa"))
+            );
+            let e = e.to_string();
             assert!(e.contains("sha256:bb") && e.contains("sha256:aa") && e.contains("ctxhost plugin adopt p"), "{e}");
-            assert_eq!(shared("sha256:bb", "1", Rule::Look).unwrap_err(), e);
+            assert_eq!(shared("sha256:bb", "1", Rule::Look).unwrap_err().to_string(), e);
             assert_eq!(s.plugin_version("p").unwrap().unwrap().hash, "sha256:aa", "a start does not move it");
             shared("sha256:bb", "2", Rule::Adopt).unwrap();
             shared("sha256:bb", "2", Rule::Record).unwrap();

@@ -105,12 +105,26 @@ pub struct Entry {
     pub deps_declared: Option<bool>,
     /// It takes part in the agent loop (when loaded), or asks to (when not).
     pub agent_candidate: bool,
+    /// Kept from running because its files are not the fleet's version
+    /// ([`fleet`]): the calls it takes part in are refused, not served
+    /// without it. Set only with `status.state` `error`.
+    pub refused: Option<Arc<fleet::Refusal>>,
 }
 
 impl Entry {
     fn fail(&mut self, error: String) {
         self.status.fail(error);
         self.plugin = None;
+    }
+
+    fn refuse(&mut self, refusal: fleet::Refusal) {
+        self.fail(refusal.to_string());
+        self.refused = Some(Arc::new(refusal));
+    }
+
+    /// Whether it declares `hook` (what its manifest or component says).
+    pub fn declares(&self, hook: crate::protocol::HookName) -> bool {
+        self.status.hooks.iter().any(|h| h == hook.as_str())
     }
 }
 
@@ -296,6 +310,28 @@ impl Catalog {
         });
     }
 
+    /// The plugins refused on this instance (their files are not the
+    /// fleet's version), by name.
+    pub fn refused(&self) -> Vec<Arc<fleet::Refusal>> {
+        self.entries.load().values().filter_map(|e| e.refused.clone()).collect()
+    }
+
+    /// The first refused plugin that would take part in a call of `hook`:
+    /// it declares the hook and `takes_part(name, entry)` (in the stack, in
+    /// the agent loop). Such a call must be refused rather than served
+    /// without it.
+    pub fn refusing(
+        &self,
+        hook: crate::protocol::HookName,
+        takes_part: impl Fn(&str, &Entry) -> bool,
+    ) -> Option<Arc<fleet::Refusal>> {
+        self.entries
+            .load()
+            .iter()
+            .find(|(name, e)| e.refused.is_some() && e.declares(hook) && takes_part(name, e))
+            .and_then(|(_, e)| e.refused.clone())
+    }
+
     /// Marks plugin `name` as not running for `error` (the agent loop could
     /// not open its host services).
     pub(crate) fn fail(&self, name: &str, error: &str) {
@@ -327,8 +363,9 @@ pub struct Adopted {
 /// Records the files of plugin `name` in this home as the version every
 /// instance on the store runs ([`fleet::Rule::Adopt`]): the operator's
 /// deliberate step after deploying new files (`ctxhost plugin adopt`, and
-/// `plugin install`). Instances already running take it at their next
-/// reload or start.
+/// `plugin install`). On a store with a change feed, an `adopt` entry
+/// tells the running instances, which re-hash their own files and refuse
+/// the plugin or resume it.
 ///
 /// # Errors
 /// No such plugin, its files cannot be hashed, or the store fails.
@@ -340,6 +377,10 @@ pub fn adopt(cx: &LoadContext<'_>, name: &str) -> Result<Adopted, registry::Regi
     let store = crate::host::store::open(cx.home)?;
     let before = store.plugin_version(name)?;
     store.record_plugin_version(&fleet::record(cx, name, &content_hash, &version), true)?;
+    if let Some(feed) = crate::host::store::open_feed(cx.home)? {
+        let payload = serde_json::json!({"hash": content_hash, "version": version});
+        feed.note(crate::host::store::feed::ChangeKind::Adopt, name, &payload)?;
+    }
     Ok(Adopted {
         name: name.to_owned(),
         shared: store.shared(),
@@ -362,6 +403,7 @@ pub fn load_one(name: &str, cx: &LoadContext<'_>, options: &Options) -> Entry {
         plugin: None,
         deps_declared: None,
         agent_candidate: peek.agent,
+        refused: None,
     };
     // Until a load tells exactly (a venv's python, a `[env] PATH`): the
     // runtime's launcher on the host's PATH.
@@ -438,7 +480,7 @@ pub fn load_one(name: &str, cx: &LoadContext<'_>, options: &Options) -> Entry {
                 entry.status.warnings.extend(warning);
                 entry.plugin = Some(Arc::new(plugin));
             }
-            Err(error) => entry.fail(error),
+            Err(refusal) => entry.refuse(refusal),
         }
     }
     entry
@@ -454,12 +496,15 @@ fn one_version(
     version: &str,
     cx: &LoadContext<'_>,
     rule: fleet::Rule,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, fleet::Refusal> {
     match hash {
         Ok(hash) => fleet::check(cx, name, hash, version, rule).map(|()| None),
-        Err(e) if matches!(crate::host::store::store_url(cx.home), Ok(Some(_))) => {
-            Err(format!("its version cannot be told, so it cannot be compared with the other instances': {e}"))
-        }
+        Err(e) if matches!(crate::host::store::store_url(cx.home), Ok(Some(_))) => Err(fleet::Refusal::unknown(
+            name,
+            None,
+            version,
+            format!("its version cannot be told, so it cannot be compared with the other instances': {e}"),
+        )),
         Err(e) => Ok(Some(format!("its content hash cannot be computed: {e}"))),
     }
 }
@@ -506,6 +551,7 @@ fn load_manual(hooks: &toml::Table, cx: &LoadContext<'_>) -> Entry {
         plugin: None,
         deps_declared: None,
         agent_candidate: false,
+        refused: None,
     };
     match crate::plugin::load_manual_hooks(hooks, cx) {
         Ok((runner, warnings)) => {

@@ -37,6 +37,10 @@ pub enum ChangeKind {
     Grant,
     /// Reloaded by the operator: `{}`; every instance reloads it from its own files.
     Reload,
+    /// A version recorded as the fleet's (`ctxhost plugin adopt`, `plugin
+    /// install`): `{"hash", "version"}`; every instance re-hashes its own
+    /// files and refuses the plugin or resumes it.
+    Adopt,
 }
 
 impl ChangeKind {
@@ -47,6 +51,7 @@ impl ChangeKind {
             ChangeKind::Enable => "enable",
             ChangeKind::Grant => "grant",
             ChangeKind::Reload => "reload",
+            ChangeKind::Adopt => "adopt",
         }
     }
 
@@ -58,6 +63,7 @@ impl ChangeKind {
             "enable" => ChangeKind::Enable,
             "grant" => ChangeKind::Grant,
             "reload" => ChangeKind::Reload,
+            "adopt" => ChangeKind::Adopt,
             _ => return None,
         })
     }

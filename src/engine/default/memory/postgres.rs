@@ -33,7 +33,7 @@ use std::time::Duration;
 use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
 
-use super::{MemoryBackend, MemoryError, NewMemory, StoredMemory, query_words};
+use super::{MemoryBackend, MemoryEntry, MemoryError, NewMemory, StoredMemory, query_words};
 use crate::runner::BoxFuture;
 
 /// The schema version this binary writes.
@@ -344,6 +344,56 @@ impl MemoryBackend for PgMemory {
             params.extend(words.iter().map(|w| w as &(dyn tokio_postgres::types::ToSql + Sync)));
             let rows = client.query(&stmt, &params).await.map_err(&fail)?;
             Ok(rows.iter().map(|r| StoredMemory { content: r.get(0), tags: r.get(1), source: r.get(2) }).collect())
+        })
+    }
+
+    fn browse<'a>(
+        &'a self,
+        agent_id: &'a str,
+        query: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<MemoryEntry>, MemoryError>> {
+        Box::pin(async move {
+            let fail = self.fail("browse");
+            let client = self.client("browse").await?;
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            const COLUMNS: &str = "id, peer_id, content, tags, source, (extract(epoch FROM created_at) * 1000)::bigint";
+            let rows = if query.trim().is_empty() {
+                let sql = format!("SELECT {COLUMNS} FROM memory_items WHERE agent_id = $1 ORDER BY id DESC LIMIT $2");
+                client.query(&sql, &[&agent_id, &limit]).await.map_err(&fail)?
+            } else {
+                let Some(ts_query) = ts_query(&query_words(query)) else { return Ok(Vec::new()) };
+                let sql = format!(
+                    "SELECT {COLUMNS} FROM memory_items WHERE agent_id = $1 AND tsv @@ CAST($2::text AS tsquery)
+                     ORDER BY ts_rank(tsv, CAST($2::text AS tsquery)) DESC, id DESC LIMIT $3"
+                );
+                client.query(&sql, &[&agent_id, &ts_query, &limit]).await.map_err(&fail)?
+            };
+            Ok(rows
+                .iter()
+                .map(|r| {
+                    let peer: String = r.get(1);
+                    MemoryEntry {
+                        id: r.get(0),
+                        peer_id: (!peer.is_empty()).then_some(peer),
+                        content: r.get(2),
+                        tags: r.get(3),
+                        source: r.get(4),
+                        created_ms: r.get(5),
+                    }
+                })
+                .collect())
+        })
+    }
+
+    fn delete<'a>(&'a self, agent_id: &'a str, id: i64) -> BoxFuture<'a, Result<bool, MemoryError>> {
+        Box::pin(async move {
+            let client = self.client("delete").await?;
+            let n = client
+                .execute("DELETE FROM memory_items WHERE id = $1 AND agent_id = $2", &[&id, &agent_id])
+                .await
+                .map_err(self.fail("delete"))?;
+            Ok(n > 0)
         })
     }
 
