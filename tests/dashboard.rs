@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use fantoccini::{Client as Driver, ClientBuilder, Locator};
 use serde_json::{Value, json};
 
-use crate::util::http::{Client, Daemon};
+use crate::util::http::Daemon;
 use crate::util::site::Site;
 use crate::util::{require_program, write};
 
@@ -136,6 +136,15 @@ impl Browser {
         let e = self.find(css);
         self.rt.block_on(e.clear()).unwrap();
         self.rt.block_on(e.send_keys(text)).unwrap_or_else(|e| panic!("type into `{css}`: {e}"));
+    }
+
+    /// One key pressed and released where the focus is.
+    fn press(&self, key: fantoccini::key::Key) {
+        use fantoccini::actions::{InputSource, KeyAction, KeyActions};
+        let c: char = key.into();
+        let keys =
+            KeyActions::new("keyboard".into()).then(KeyAction::Down { value: c }).then(KeyAction::Up { value: c });
+        self.rt.block_on(self.driver().perform_actions(keys)).unwrap_or_else(|e| panic!("press {c:?}: {e}"));
     }
 
     fn select(&self, css: &str, value: &str) {
@@ -318,7 +327,47 @@ fn the_page_shows_every_view_without_console_errors_and_lists_a_broken_plugin_wi
         b.find(shows);
         std::thread::sleep(Duration::from_millis(300));
         assert_eq!(b.js("return location.hash"), json!(format!("#{view}")));
+        b.screenshot(&format!("view-{view}"));
     }
+    let errors = b.console_errors();
+    assert!(errors.is_empty(), "console errors:\n{}", errors.join("\n"));
+
+    // Keyboard: Tab from the top reaches the view links, with a visible focus ring.
+    b.open(&url(&daemon, "?keyboard#plugins"));
+    b.find("#plugin-table");
+    let mut reached = false;
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        b.press(fantoccini::key::Key::Tab);
+        let focused = b.js(
+            "const e = document.activeElement; return [e.tagName, e.textContent, getComputedStyle(e).outlineStyle]",
+        );
+        seen.push(focused.clone());
+        if focused[0] == "A" && focused[1] == "Health" {
+            assert_ne!(focused[2], "none", "the focused link shows no outline: {focused}");
+            reached = true;
+            break;
+        }
+    }
+    assert!(reached, "Tab never reached the Health link: {seen:?}");
+    b.press(fantoccini::key::Key::Enter);
+    b.find("#view-health");
+
+    // Dark mode (prefers-color-scheme): dark background, light text.
+    b.raw(
+        "goog/cdp/execute",
+        json!({"cmd": "Emulation.setEmulatedMedia", "params": {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}}),
+    );
+    b.open(&url(&daemon, "#plugins"));
+    b.find("pre[data-error-of=broken]");
+    let colours = b.js("const s = getComputedStyle(document.body); return [s.backgroundColor, s.color]");
+    let lightness = |c: &Value| -> u32 {
+        let text = c.as_str().unwrap();
+        text.trim_start_matches("rgb(").trim_end_matches(')').split(',').map(|n| n.trim().parse::<u32>().unwrap()).sum()
+    };
+    assert!(lightness(&colours[0]) < 150 && lightness(&colours[1]) > 500, "dark mode colours: {colours}");
+    b.screenshot("plugins-dark");
+    b.raw("goog/cdp/execute", json!({"cmd": "Emulation.setEmulatedMedia", "params": {"features": []}}));
     let errors = b.console_errors();
     assert!(errors.is_empty(), "console errors:\n{}", errors.join("\n"));
 
