@@ -34,6 +34,22 @@ pub struct HostConfig {
     pub sandbox: SandboxConfig,
     pub plugins: PluginsConfig,
     pub faustbot: FaustbotConfig,
+    pub runner: RunnerConfig,
+}
+
+/// `[runner]`: how script hooks are run.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunnerConfig {
+    /// One-shot Python hooks go through a per-plugin fork server (`false`:
+    /// every call spawns an interpreter).
+    pub python_forkserver: bool,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        RunnerConfig { python_forkserver: true }
+    }
 }
 
 /// `[plugins]`: how the host treats installed plugins.
@@ -59,6 +75,7 @@ impl Default for HostConfig {
             sandbox: SandboxConfig::default(),
             plugins: PluginsConfig::default(),
             faustbot: FaustbotConfig::default(),
+            runner: RunnerConfig::default(),
         }
     }
 }
@@ -355,18 +372,20 @@ pub const KEYS: &[(&str, &[&str])] = &[
     ("sandbox", SANDBOX_KEYS),
     ("plugins", PLUGINS_KEYS),
     ("faustbot", FAUSTBOT_KEYS),
+    ("runner", RUNNER_KEYS),
 ];
 
 /// Tables whose unknown keys fail the load: a misspelt key there would
 /// silently weaken the sandbox, change what is installed or started, or
 /// (`[store]`) give one instance a state of its own.
-pub const STRICT_TABLES: &[&str] = &["sandbox", "plugins", "faustbot", "store"];
+pub const STRICT_TABLES: &[&str] = &["sandbox", "plugins", "faustbot", "store", "runner"];
 
 const MEMORY_KEYS: &[&str] = &["path"];
 const STORE_KEYS: &[&str] = &["url"];
 const SANDBOX_KEYS: &[&str] = &["require", "max_processes", "hook_home"];
 const PLUGINS_KEYS: &[&str] = &["optional"];
 const FAUSTBOT_KEYS: &[&str] = &["install_deps_at_start"];
+const RUNNER_KEYS: &[&str] = &["python_forkserver"];
 
 const KNOWN_KEYS: &[&str] = &[
     "allowed_env_vars",
@@ -379,6 +398,7 @@ const KNOWN_KEYS: &[&str] = &[
     "sandbox",
     "plugins",
     "faustbot",
+    "runner",
 ];
 
 impl HostConfig {
@@ -458,6 +478,7 @@ mod tests {
             ("sandbox", fields(&format!("{:?}", SandboxConfig::default()))),
             ("plugins", fields(&format!("{:?}", PluginsConfig::default()))),
             ("faustbot", fields(&format!("{:?}", FaustbotConfig::default()))),
+            ("runner", fields(&format!("{:?}", RunnerConfig::default()))),
         ];
         for (section, fields) in structs {
             let listed: Vec<String> = KEYS

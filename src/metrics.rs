@@ -46,6 +46,9 @@ pub enum WorkerEvent {
     Respawn,
     /// A call was retried on a fresh worker after such a fault.
     Retry,
+    /// A one-shot Python call was spawned because the plugin's fork server
+    /// could not take it (not startable, dead, declined).
+    ForkserverFallback,
 }
 
 /// An event of the after_turn journal, counted host-wide.
@@ -75,6 +78,7 @@ pub struct JournalCounts {
 struct WorkerCounts {
     respawns: u64,
     retries: u64,
+    forkserver_fallbacks: u64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -121,6 +125,8 @@ pub struct HookMetrics {
     pub worker_respawns: u64,
     /// Calls retried on a fresh persistent worker.
     pub worker_retries: u64,
+    /// One-shot Python calls spawned because the fork server could not take them.
+    pub forkserver_fallbacks: u64,
 }
 
 /// LibreFang's flat per-hook view (spec section 9), summed over plugins.
@@ -146,6 +152,8 @@ pub struct HookHistogram {
     pub worker_respawns: u64,
     /// Calls retried on a fresh persistent worker.
     pub worker_retries: u64,
+    /// One-shot Python calls spawned because the fork server could not take them.
+    pub forkserver_fallbacks: u64,
     /// `(upper bound in seconds, calls at or under it)`, ascending; the
     /// open last bucket is `calls`.
     pub buckets: Vec<(f64, u64)>,
@@ -265,6 +273,7 @@ impl Metrics {
         match event {
             WorkerEvent::Respawn => w.respawns += 1,
             WorkerEvent::Retry => w.retries += 1,
+            WorkerEvent::ForkserverFallback => w.forkserver_fallbacks += 1,
         }
     }
 
@@ -330,6 +339,7 @@ impl Metrics {
                     sum_seconds: s.total_ms / 1e3,
                     worker_respawns: w.respawns,
                     worker_retries: w.retries,
+                    forkserver_fallbacks: w.forkserver_fallbacks,
                     buckets,
                 }
             })
@@ -376,6 +386,7 @@ fn view(s: &Stats) -> HookMetrics {
         p99_ms: quantile(0.99),
         worker_respawns: s.worker.respawns,
         worker_retries: s.worker.retries,
+        forkserver_fallbacks: s.worker.forkserver_fallbacks,
     }
 }
 

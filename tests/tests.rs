@@ -25,6 +25,7 @@
 //! - `docs_reference`: `docs/reference/*.md` against the code: hooks and their fields, manifest and config keys, routes.
 //! - `faustbot`: FaustBot plugins (plugin.json + impl.py) unmodified: the examples, every hook sync and async, deps, lifecycle.
 //! - `dashboard`: the dashboard page in headless Chromium against a real daemon: every view, the actions, what it shows.
+//! - `forkserver`: one-shot Python hooks through the per-plugin fork server: both paths agree, leftovers die, the sandbox holds.
 //! - `docs_examples`: every shell example of README.md and docs/ is run (marked runnable) or names the test that runs it.
 
 // Tests: a panic is a failed test (Cargo.toml denies these in ctxhost's code).
@@ -44,6 +45,7 @@ mod env;
 mod errors;
 mod faust_shim;
 mod faustbot;
+mod forkserver;
 mod launchers;
 mod layers;
 mod limits;

@@ -75,6 +75,9 @@ pub struct ExecSettings {
     pub allow_filesystem: bool,
     pub max_memory_mb: Option<u64>,
     pub persistent_subprocess: bool,
+    /// One-shot Python hooks go through the plugin's fork server (a ctxhost
+    /// extension; `false` spawns every call).
+    pub forkserver: bool,
     pub hook_cache_ttl_secs: u64,
     pub assemble_cache_ttl_secs: u64,
     pub compact_cache_ttl_secs: u64,
@@ -104,6 +107,7 @@ impl Default for ExecSettings {
             allow_filesystem: false,
             max_memory_mb: None,
             persistent_subprocess: false,
+            forkserver: true,
             hook_cache_ttl_secs: 0,
             assemble_cache_ttl_secs: 0,
             compact_cache_ttl_secs: 0,
@@ -137,6 +141,7 @@ pub const SETTING_KEYS: &[&str] = &[
     "allow_filesystem",
     "max_memory_mb",
     "persistent_subprocess",
+    "forkserver",
     "hook_cache_ttl_secs",
     "assemble_cache_ttl_secs",
     "compact_cache_ttl_secs",
@@ -177,6 +182,7 @@ impl ExecSettings {
             allow_network,
             allow_filesystem,
             persistent_subprocess,
+            forkserver,
             hook_cache_ttl_secs,
             assemble_cache_ttl_secs,
             compact_cache_ttl_secs,

@@ -136,7 +136,13 @@ pub(crate) fn script_runner_with(
     let (confinement, sandbox_warnings) =
         confinement(&manifest, cx, &launcher, venv.as_deref(), &data_dir, &host_files.readable)?;
     warnings.extend(sandbox_warnings);
-    Ok((ProcessRunner::new(ProcessPlugin { manifest, launcher, env, confinement }), warnings))
+    // One-shot Python hooks through a fork server, unless the plugin or the
+    // operator says otherwise (workers and other runtimes never).
+    let forkserver = manifest.settings.runtime == Runtime::Python
+        && !manifest.settings.persistent_subprocess
+        && manifest.settings.forkserver
+        && cx.config.runner.python_forkserver;
+    Ok((ProcessRunner::new(ProcessPlugin { manifest, launcher, env, confinement, forkserver }), warnings))
 }
 
 /// The plugin's sandbox, from its effective privileges (after the grant) and

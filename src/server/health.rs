@@ -174,6 +174,7 @@ mod tests {
             p99_ms: p50,
             worker_respawns: 0,
             worker_retries: 0,
+            forkserver_fallbacks: 0,
         }
     }
 

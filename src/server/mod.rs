@@ -325,6 +325,11 @@ impl Routes {
                 SETTLE_TIMEOUT.as_secs()
             );
         }
+        // Schedule leases given back: another instance takes them over now.
+        let given = self.timers.release().await;
+        if !given.is_empty() {
+            tracing::info!(target: LOG_TARGET, "schedule leases given back for other instances: {}", given.join(", "));
+        }
         drop(self.timers);
         // Persistent workers stop gracefully (stdin closed, then killed).
         self.state.engine.shutdown().await;

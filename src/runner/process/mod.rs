@@ -7,6 +7,7 @@
 
 mod env;
 mod exit;
+mod forkserver;
 pub mod launcher;
 mod oneshot;
 mod plan;
@@ -28,6 +29,7 @@ use serde_json::Value;
 
 pub use env::{EnvInputs, EnvPlan};
 pub use exit::label as exit_label;
+pub use forkserver::PRELOAD as FORKSERVER_PRELOAD;
 pub use launcher::{CommandLine, Launcher, RuntimeInfo, find_on_path, info as runtime_info};
 pub use oneshot::DEFAULT_OUTPUT_CAP;
 pub use plan::{env_plan, system_launcher};
@@ -191,6 +193,9 @@ pub struct ProcessPlugin {
     pub env: EnvPlan,
     /// How its processes are confined (from the operator's grant).
     pub confinement: sandbox::Confinement,
+    /// One-shot hooks go through a fork server (Python only; decided at
+    /// load from `[hooks] forkserver` and `[runner] python_forkserver`).
+    pub forkserver: bool,
 }
 
 /// Runs hooks of one script plugin as one-shot processes, or on persistent
@@ -203,12 +208,32 @@ pub struct ProcessRunner {
     overrides: RwLock<BTreeMap<String, String>>,
     /// The persistent workers; stopped when the runner is dropped.
     workers: Option<worker::Workers>,
+    /// The fork server of one-shot Python hooks; stopped when dropped.
+    forkserver: Option<forkserver::ForkServer>,
+    /// The engine's metrics (fork server fallbacks are counted there).
+    metrics: std::sync::OnceLock<std::sync::Arc<crate::metrics::Metrics>>,
 }
 
 impl ProcessRunner {
     pub fn new(plugin: ProcessPlugin) -> Self {
         let workers = plugin.manifest.settings.persistent_subprocess.then(|| worker::Workers::new(&plugin.manifest));
-        ProcessRunner { plugin, output_cap: DEFAULT_OUTPUT_CAP, overrides: RwLock::new(BTreeMap::new()), workers }
+        let forkserver = (plugin.forkserver && plugin.manifest.settings.runtime == Runtime::Python).then(|| {
+            let idle = Duration::from_secs(plugin.manifest.settings.worker_idle_secs.max(1));
+            forkserver::ForkServer::new(&plugin.manifest.name, idle)
+        });
+        ProcessRunner {
+            plugin,
+            output_cap: DEFAULT_OUTPUT_CAP,
+            overrides: RwLock::new(BTreeMap::new()),
+            workers,
+            forkserver,
+            metrics: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The pid of the plugin's fork server, when one runs now.
+    pub fn forkserver_pid(&self) -> Option<u32> {
+        self.forkserver.as_ref().and_then(forkserver::ForkServer::running_pid)
     }
 
     /// Pids of the plugin's persistent workers alive now (empty for one-shot plugins).
@@ -246,12 +271,27 @@ impl ProcessRunner {
         let path = check_hook_path(&manifest.dir, &script.raw)?;
         let command = self.plugin.launcher.command_for(&path).map_err(HookError::Launch)?;
         self.own_dirs().await;
+        let stdin = request.to_json_line();
+        let timeout = Duration::from_secs(secs);
+        if let Some(server) = &self.forkserver {
+            match self.through_forkserver(server, request, &command, &path, &stdin, timeout).await {
+                Ok(finished) => {
+                    let stdout = finished?.check_status()?;
+                    return Ok(parse_stdout(&stdout)?);
+                }
+                Err(why) => {
+                    tracing::debug!(plugin = %manifest.name, hook = %hook, "spawning the call: {why}");
+                    if let Some(metrics) = self.metrics.get() {
+                        metrics.record_worker(&manifest.name, hook, crate::metrics::WorkerEvent::ForkserverFallback);
+                    }
+                }
+            }
+        }
         let tmp = CallTmp::create(&manifest.name).map_err(HookError::Io)?;
         let env = {
             let overrides = self.overrides.read().map(|o| o.clone()).unwrap_or_default();
             self.plugin.env.for_call(request, &overrides, &tmp.0)
         };
-        let stdin = request.to_json_line();
         let finished = oneshot::run(oneshot::OneShot {
             command: &command,
             cwd: &manifest.dir,
@@ -259,7 +299,7 @@ impl ProcessRunner {
             confinement: &self.plugin.confinement,
             tmpdir: Some(&tmp.0),
             stdin: &stdin,
-            timeout: Duration::from_secs(secs),
+            timeout,
             output_cap: self.output_cap,
             plugin: &manifest.name,
             hook,
@@ -272,6 +312,54 @@ impl ProcessRunner {
 }
 
 impl ProcessRunner {
+    /// One call through the fork server: `Err` when the server did not take
+    /// it (the caller spawns it); a server that failed a handover is
+    /// restarted once.
+    async fn through_forkserver(
+        &self,
+        server: &forkserver::ForkServer,
+        request: &HookRequest,
+        command: &CommandLine,
+        script: &Path,
+        stdin: &[u8],
+        timeout: Duration,
+    ) -> Result<Result<oneshot::Finished, HookError>, forkserver::Unavailable> {
+        let manifest = &self.plugin.manifest;
+        let overrides = self.overrides.read().map(|o| o.clone()).unwrap_or_default();
+        let mut fresh = false;
+        loop {
+            // The environment without TMPDIR decides which server fits.
+            let probe = self.plugin.env.for_call(request, &overrides, Path::new(""));
+            let base = forkserver::base_env(&probe);
+            let lease = server.lease(command, &manifest.dir, &base, &self.plugin.confinement, fresh).await?;
+            let env = self.plugin.env.for_call(request, &overrides, &lease.tmpdir.0);
+            let result = forkserver::run(forkserver::ForkCall {
+                control: &lease.control,
+                script,
+                argv: vec![script.as_os_str().to_owned()],
+                env: &env,
+                stdin,
+                timeout,
+                output_cap: self.output_cap,
+                plugin: &manifest.name,
+                hook: request.hook(),
+            })
+            .await;
+            drop(lease);
+            match result {
+                Err(forkserver::Unavailable::Gone(e)) if !fresh => {
+                    tracing::debug!(plugin = %manifest.name, "fork server gone ({e}); restarting it");
+                    fresh = true;
+                }
+                Err(forkserver::Unavailable::Gone(e)) => {
+                    server.forget().await;
+                    return Err(forkserver::Unavailable::Gone(e));
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// The plugin's own dirs (data dir, LibreFang store), made before its
     /// first process — on the blocking pool: as root this gives them to the
     /// hook uid, walking their trees. Made once; later calls pay a load.
@@ -310,10 +398,14 @@ impl Runner for ProcessRunner {
             if let Some(workers) = &self.workers {
                 workers.shutdown().await;
             }
+            if let Some(server) = &self.forkserver {
+                server.stop();
+            }
         })
     }
 
     fn attach_metrics(&self, metrics: std::sync::Arc<crate::metrics::Metrics>) {
+        let _ = self.metrics.set(std::sync::Arc::clone(&metrics));
         if let Some(workers) = &self.workers {
             workers.attach_metrics(metrics);
         }

@@ -107,6 +107,7 @@ pub async fn run(call: OneShot<'_>) -> Result<Finished, HookError> {
         env: call.env,
         confinement: call.confinement,
         tmpdir: call.tmpdir,
+        stdin: None,
     })?;
     let pid = child.id().and_then(|id| libc::pid_t::try_from(id).ok()).unwrap_or(0);
     let mut group = GroupKill(pid);
@@ -307,6 +308,11 @@ impl<'a> StderrLog<'a> {
         let line = String::from_utf8_lossy(line);
         let line = line.trim_end_matches('\r');
         tracing::info!(target: "plugin_stderr", plugin = self.plugin, hook = %self.hook, "{line}");
+    }
+
+    /// Bytes of stderr seen so far.
+    pub(super) fn total(&self) -> usize {
+        self.total
     }
 
     pub(super) fn finish(mut self) -> String {

@@ -25,6 +25,9 @@ pub struct SpawnSpec<'a> {
     pub confinement: &'a Confinement,
     /// The per-call (or per-worker) TMPDIR, writable under confinement.
     pub tmpdir: Option<&'a Path>,
+    /// Fd 0 of the process instead of a pipe (the fork server's control
+    /// socket); `Spawned::child.stdin` is then `None`.
+    pub stdin: Option<std::os::fd::OwnedFd>,
 }
 
 /// A started hook process and what must be cleaned up when it is gone.
@@ -48,7 +51,10 @@ pub fn spawn(spec: SpawnSpec<'_>) -> Result<Spawned, HookError> {
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .current_dir(spec.cwd)
         .process_group(0)
-        .stdin(Stdio::piped())
+        .stdin(match spec.stdin {
+            Some(fd) => Stdio::from(fd),
+            None => Stdio::piped(),
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);

@@ -253,6 +253,12 @@ impl Confinement {
         facts
     }
 
+    /// As root: the uid the plugin's hooks run as (what a directory made
+    /// for them is given to).
+    pub fn hook_uid(&self) -> Option<u32> {
+        self.plan.as_ref().and_then(|p| p.hook_id)
+    }
+
     /// Whether the filesystem is confined (Landlock applies).
     pub fn confines_filesystem(&self) -> bool {
         self.plan.as_ref().is_some_and(|p| p.fs.is_some())

@@ -233,6 +233,7 @@ impl Worker {
             env: s.env,
             confinement: s.confinement,
             tmpdir: Some(&s.tmpdir),
+            stdin: None,
         });
         let Spawned { mut child, cleanup } = match spawned {
             Ok(spawned) => spawned,

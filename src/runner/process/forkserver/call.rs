@@ -1,0 +1,238 @@
+//! One hook call through the fork server: hand the call over, feed stdin,
+//! read both streams under the cap, take the exit status the server sends.
+//!
+//! Invariants, whatever the hook or the server does:
+//! - the hook process is killed when the call ends by any path (deadline,
+//!   cap, a dropped future): `pidfd_send_signal` on the pidfd the server
+//!   sent, which can never hit a reused pid; closing the call's socket makes
+//!   the server kill the hook's group and sweep what it left;
+//! - stdout and stderr are read concurrently with feeding stdin;
+//! - each stream is capped as bytes arrive;
+//! - a call the server never started is reported as [`Unavailable`] (the
+//!   caller spawns it); once it started, the call's result is the hook's.
+
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::super::oneshot::{Finished, StderrLog, drain};
+use super::{Unavailable, hand_over, wire};
+use crate::protocol::HookName;
+use crate::runner::HookError;
+
+/// Everything one call through the fork server needs.
+pub(in crate::runner::process) struct ForkCall<'a> {
+    pub control: &'a OwnedFd,
+    pub script: &'a Path,
+    /// `sys.argv` (the script path, as a spawned interpreter would have it).
+    pub argv: Vec<OsString>,
+    /// The whole environment, in spec order (later entries win).
+    pub env: &'a [(OsString, OsString)],
+    pub stdin: &'a [u8],
+    pub timeout: Duration,
+    pub output_cap: usize,
+    pub plugin: &'a str,
+    pub hook: HookName,
+}
+
+/// Kills the hook when dropped: every exit path of a call. After the hook
+/// was reaped the pidfd refers to no process and the signal is a no-op.
+struct HookKill(Option<OwnedFd>);
+
+impl HookKill {
+    fn kill(&self) {
+        if let Some(fd) = &self.0 {
+            // SAFETY: pidfd_send_signal(2) on a pidfd we own; no memory passed.
+            unsafe {
+                libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), libc::SIGKILL, std::ptr::null::<u8>(), 0);
+            }
+        }
+    }
+}
+
+impl Drop for HookKill {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The call's header: script, argv and environment (deduplicated as
+/// `spawn` would: the last entry of a name, at its position).
+fn header(call: &ForkCall<'_>) -> Result<Vec<u8>, Unavailable> {
+    let text = |s: &std::ffi::OsStr| {
+        s.to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| Unavailable::Unfit(format!("`{}` is not UTF-8", s.to_string_lossy())))
+    };
+    let mut last = std::collections::HashMap::new();
+    for (i, (k, _)) in call.env.iter().enumerate() {
+        last.insert(k.as_bytes(), i);
+    }
+    let mut env = Vec::with_capacity(last.len());
+    for (i, (k, v)) in call.env.iter().enumerate() {
+        if last.get(k.as_bytes()) == Some(&i) {
+            env.push(serde_json::json!([text(k)?, text(v)?]));
+        }
+    }
+    let argv = call.argv.iter().map(|a| text(a)).collect::<Result<Vec<_>, _>>()?;
+    let json = serde_json::json!({
+        "script": text(call.script.as_os_str())?,
+        "argv": argv,
+        "env": env,
+    });
+    serde_json::to_vec(&json).map_err(|e| Unavailable::Unfit(e.to_string()))
+}
+
+/// Waits for the next message on the call's socket (empty at end of stream).
+async fn next_message(socket: &AsyncFd<OwnedFd>) -> std::io::Result<wire::Received> {
+    loop {
+        let mut ready = socket.readable().await?;
+        match wire::recv(socket.get_ref()) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => ready.clear_ready(),
+            other => return other,
+        }
+    }
+}
+
+/// Runs the call. The outer error: the server did not start the hook (spawn
+/// it instead); the inner result is the hook's, as `oneshot::run` gives it.
+pub(in crate::runner::process) async fn run(call: ForkCall<'_>) -> Result<Result<Finished, HookError>, Unavailable> {
+    let header = header(&call)?;
+    let io = |e: std::io::Error| Unavailable::Start(e.to_string());
+    let (mine, theirs) = wire::socket_pair().map_err(io)?;
+    let (in_r, in_w) = wire::pipe().map_err(io)?;
+    let (out_r, out_w) = wire::pipe().map_err(io)?;
+    let (err_r, err_w) = wire::pipe().map_err(io)?;
+    hand_over(call.control, &header, &[&theirs, &in_r, &out_w, &err_w])?;
+    drop((theirs, in_r, out_w, err_w));
+    // SAFETY: the OwnedFd is moved into the AsyncFd, so it stays open and
+    // the same for the AsyncFd's whole life. (Called inside the runtime.)
+    let socket = unsafe { AsyncFd::register_with_interest(mine, tokio::io::Interest::READABLE) }
+        .map_err(|e| io(e.into_parts().1))?;
+
+    let deadline = tokio::time::sleep(call.timeout);
+    tokio::pin!(deadline);
+    // The hook's pidfd, or why the server did not start it.
+    let started = tokio::select! {
+        m = next_message(&socket) => m.map_err(Unavailable::Gone)?,
+        () = &mut deadline => return Ok(Err(HookError::Timeout { secs: call.timeout.as_secs() })),
+    };
+    let reply: serde_json::Value = serde_json::from_slice(&started.bytes)
+        .map_err(|_| Unavailable::Gone(std::io::Error::other("no answer to the call")))?;
+    if let Some(reason) = reply.get("declined").and_then(|d| d.as_str()) {
+        return Err(Unavailable::Declined(reason.to_owned()));
+    }
+    if reply.get("pid").is_none() {
+        return Err(Unavailable::Gone(std::io::Error::other(format!("unexpected answer {reply}"))));
+    }
+    let hook = HookKill(started.fds.into_iter().next());
+    Ok(drive(call, socket, hook, deadline.as_mut(), in_w, out_r, err_r).await)
+}
+
+/// The started call to its end.
+async fn drive(
+    call: ForkCall<'_>,
+    socket: AsyncFd<OwnedFd>,
+    hook: HookKill,
+    mut deadline: std::pin::Pin<&mut tokio::time::Sleep>,
+    in_w: OwnedFd,
+    out_r: OwnedFd,
+    err_r: OwnedFd,
+) -> Result<Finished, HookError> {
+    let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(in_w)?;
+    let mut stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(out_r)?;
+    let mut stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(err_r)?;
+    let write = feed(stdin, call.stdin);
+    tokio::pin!(write);
+
+    let mut out = Vec::new();
+    let mut err = StderrLog::new(call.plugin, call.hook);
+    let mut out_buf = vec![0u8; 64 * 1024];
+    let mut err_buf = vec![0u8; 16 * 1024];
+    let (mut out_open, mut err_open, mut writing) = (true, true, true);
+    let over_cap = |stream| HookError::OutputCap { stream, cap: call.output_cap };
+
+    let status = loop {
+        tokio::select! {
+            () = &mut write, if writing => writing = false,
+            r = stdout.read(&mut out_buf), if out_open => match r {
+                Ok(0) | Err(_) => out_open = false,
+                Ok(n) => {
+                    out.extend_from_slice(&out_buf[..n]);
+                    if out.len() > call.output_cap {
+                        hook.kill();
+                        return Err(over_cap("stdout"));
+                    }
+                }
+            },
+            r = stderr.read(&mut err_buf), if err_open => match r {
+                Ok(0) | Err(_) => err_open = false,
+                Ok(n) => {
+                    err.feed(&err_buf[..n]);
+                    if err.total() > call.output_cap {
+                        hook.kill();
+                        return Err(over_cap("stderr"));
+                    }
+                }
+            },
+            m = next_message(&socket) => {
+                let m = m?;
+                let status = serde_json::from_slice::<serde_json::Value>(&m.bytes)
+                    .ok()
+                    .and_then(|v| v.get("status").and_then(serde_json::Value::as_i64))
+                    .and_then(|s| i32::try_from(s).ok());
+                break status;
+            }
+            () = &mut deadline => {
+                hook.kill();
+                return Err(HookError::Timeout { secs: call.timeout.as_secs() });
+            }
+        }
+    };
+    // The server has reaped the hook, killed its group and what it left:
+    // everything it wrote is in the pipes. Take it without waiting, capped.
+    let cap = call.output_cap;
+    if out_open {
+        drain(stdout.as_raw_fd(), |chunk| {
+            out.extend_from_slice(chunk);
+            out.len() <= cap
+        });
+    }
+    if err_open {
+        drain(stderr.as_raw_fd(), |chunk| {
+            err.feed(chunk);
+            err.total() <= cap
+        });
+    }
+    if out.len() > cap {
+        return Err(over_cap("stdout"));
+    }
+    if err.total() > cap {
+        return Err(over_cap("stderr"));
+    }
+    let Some(raw) = status else {
+        return Err(HookError::Exit {
+            label: "the fork server went away before the hook's status".into(),
+            code: None,
+            stderr: err.finish(),
+        });
+    };
+    drop(hook);
+    Ok(Finished { status: std::process::ExitStatus::from_raw(raw), stdout: out, stderr_tail: err.finish() })
+}
+
+/// Writes the request and closes stdin (EPIPE is fine: the answer decides).
+async fn feed(mut stdin: tokio::net::unix::pipe::Sender, bytes: &[u8]) {
+    if let Err(e) = stdin.write_all(bytes).await
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        tracing::debug!("writing the hook request failed: {e}");
+    }
+    drop(stdin);
+}

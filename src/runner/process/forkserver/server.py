@@ -1,0 +1,390 @@
+# ctxhost's Python fork server: one per plugin, started exactly as a one-shot
+# hook would be (same interpreter, flags, environment, cwd, sandbox, uid), as
+# `python3 -B -c <this file>` with fd 0 a unix SOCK_SEQPACKET socket to the host.
+#
+# It imports a fixed set of side-effect-free stdlib modules, then waits. Each
+# message on fd 0 is one call: a JSON header and four fds (the call's own
+# socket, the hook's stdin, stdout and stderr). The server forks; the child
+# sets the call up (fds, environment, argv, sys.path[0], own process group,
+# child subreaper) and runs the hook script as `__main__` with the
+# interpreter's own exit rules; the server sends the host the child's pidfd,
+# and, once the child has exited, kills what is left of its process group,
+# reaps it, kills whatever it left behind, and sends the wait status.
+#
+# The server never runs hook code itself: nothing a call does reaches the
+# next one. It writes nothing but to its control sockets and stderr.
+import os
+import sys
+
+_BASELINE = frozenset(sys.modules)
+
+# The preimported set (see the module doc of forkserver/mod.rs for how it
+# was measured). Only side-effect-free stdlib modules: no files written, no
+# network, no threads, no atexit handler the child keeps.
+PRELOAD = (
+    "json", "re", "time", "datetime", "pathlib", "hashlib", "collections",
+    "traceback", "typing", "tempfile", "subprocess", "threading", "random",
+    "base64", "uuid", "copy", "string", "textwrap", "struct", "math",
+    "functools", "itertools", "urllib.parse", "shutil", "argparse",
+    "dataclasses", "logging", "inspect",
+)
+
+# The script's directory must not shadow what is loaded now: preimport with
+# nothing but the standard path entries.
+_path0 = sys.path.pop(0) if sys.path and sys.path[0] in ("", os.getcwd()) else None
+for _name in PRELOAD:
+    try:
+        __import__(_name)
+    except Exception:  # noqa: BLE001 - a missing module is only not preloaded
+        pass
+import atexit
+import ctypes
+import gc
+import importlib.machinery
+import json
+import selectors
+import signal
+import socket
+import threading
+import types
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+# What the interpreter added to its own environment at start (PEP 538's
+# LC_CTYPE coercion): a spawned hook has it too. The host restarts the
+# server whenever a call's environment differs from the server's beyond
+# the per-call variables, so what is here and not in a call's was added.
+_STARTUP_ENV = dict(os.environ)
+_PR_SET_CHILD_SUBREAPER = 36
+# What a script's directory could shadow: every top-level module loaded by
+# now beyond what the interpreter had before this code ran.
+_SHADOWABLE = frozenset(m.split(".")[0] for m in set(sys.modules) - _BASELINE)
+_LOADED = frozenset(sys.modules)
+_MAX_MSG = 1 << 20
+
+
+def _shadowed(script_dir):
+    """A loaded module a file or package in `script_dir` would replace."""
+    try:
+        names = os.listdir(script_dir)
+    except OSError:
+        return None
+    for entry in names:
+        stem = entry.split(".", 1)[0]
+        if stem not in _SHADOWABLE:
+            continue
+        full = os.path.join(script_dir, entry)
+        if entry.endswith((".py", ".pyc", ".so")) or os.path.isfile(os.path.join(full, "__init__.py")):
+            return stem
+    return None
+
+
+def _exit_code_of(exc):
+    """The interpreter's handling of an uncaught SystemExit."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    try:
+        if sys.stderr is not None:
+            sys.stderr.write(str(code))
+            sys.stderr.write("\n")
+    except Exception:  # noqa: BLE001
+        pass
+    return 1
+
+
+def _flush_std():
+    """The interpreter's flush_std_files: False when stdout could not be flushed."""
+    ok = True
+    out = sys.stdout
+    if out is not None and not getattr(out, "closed", True):
+        try:
+            out.flush()
+        except Exception as e:  # noqa: BLE001
+            try:
+                sys.stderr.write("Exception ignored in: %r\n%s: %s\n" % (out, type(e).__name__, e))
+            except Exception:  # noqa: BLE001
+                pass
+            ok = False
+    err = sys.stderr
+    if err is not None and not getattr(err, "closed", True):
+        try:
+            err.flush()
+        except Exception:  # noqa: BLE001
+            pass
+    return ok
+
+
+def _child(call, fds):
+    """In the forked child: set the call up, run the script, exit. Never returns."""
+    status = 1
+    try:
+        sock, stdin, stdout, stderr = fds
+        os.setpgid(0, 0)
+        _LIBC.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        if call.get("go"):
+            # The host moves this process into the call's cgroup first.
+            if os.read(sock, 1) != b"g":
+                os._exit(1)
+        os.dup2(stdin, 0)
+        os.dup2(stdout, 1)
+        os.dup2(stderr, 2)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") < 1 << 16 else 1 << 16)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.environ.clear()
+        for key, value in call["env"]:
+            os.environ[key] = value
+        for key, value in _STARTUP_ENV.items():
+            if key not in os.environ:
+                os.environ[key] = value
+        script = call["script"]
+        sys.argv[:] = call["argv"]
+        sys.path[0:0] = [os.path.dirname(os.path.realpath(script))]
+        atexit._clear()
+        status = _run_main(script)
+    except BaseException:  # noqa: BLE001 - the setup itself failed
+        try:
+            import traceback
+
+            traceback.print_exc()
+        except BaseException:  # noqa: BLE001
+            pass
+    os._exit(status & 0xFF)
+
+
+def _run_main(script):
+    """Runs `script` as `__main__` and finalises as the interpreter does."""
+    import builtins
+
+    main = types.ModuleType("__main__")
+    main.__file__ = script
+    main.__builtins__ = builtins
+    main.__cached__ = None
+    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", script)
+    main.__spec__ = None
+    main.__package__ = None
+    main.__annotations__ = {}
+    sys.modules["__main__"] = main
+    status = 0
+    interrupted = False
+    try:
+        with open(script, "rb") as f:
+            source = f.read()
+        code = compile(source, script, "exec", dont_inherit=True)
+        del source
+        exec(code, main.__dict__)
+    except SystemExit as e:
+        status = _exit_code_of(e)
+    except BaseException as e:  # noqa: BLE001 - the interpreter's uncaught exception
+        tb = e.__traceback__
+        # Our own frame is not the script's.
+        tb = tb.tb_next if tb is not None else None
+        e.__traceback__ = tb
+        interrupted = isinstance(e, KeyboardInterrupt)
+        try:
+            sys.excepthook(type(e), e, tb)
+        except BaseException:  # noqa: BLE001
+            pass
+        status = 1
+        del e, tb
+    # Py_FinalizeEx: non-daemon threads, atexit, flush, then the modules go
+    # (objects' __del__, files flushed by their finaliser), flush again.
+    try:
+        threading._shutdown()
+    except BaseException:  # noqa: BLE001
+        pass
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001
+        pass
+    flushed = _flush_std()
+    if not flushed:
+        status = 120
+    try:
+        # Newest names first: an object's finaliser still finds what the
+        # script imported before it (as the interpreter's dict teardown does).
+        sys.modules.pop("__main__", None)
+        _clear(main.__dict__)
+        for name in reversed([m for m in sys.modules if m not in _LOADED]):
+            module = sys.modules.get(name)
+            if module is not None and isinstance(getattr(module, "__dict__", None), dict):
+                _clear(module.__dict__)
+        del main
+        gc.collect()
+    except BaseException:  # noqa: BLE001
+        pass
+    # The interpreter's second flush finds the streams gone once the first failed.
+    if flushed and not _flush_std():
+        status = 120
+    if interrupted:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    return status
+
+
+def _clear(namespace):
+    for key in reversed(list(namespace)):
+        if key != "__builtins__":
+            try:
+                del namespace[key]
+            except BaseException:  # noqa: BLE001 - a finaliser that raises
+                pass
+
+
+def _children():
+    """Pids of this server's children (its threads: only the main one)."""
+    pid = os.getpid()
+    try:
+        with open("/proc/self/task/%d/children" % pid) as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+class Server:
+    def __init__(self, control):
+        self.control = control
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(control, selectors.EVENT_READ, ("control", None))
+        # pid -> [call socket fd, pidfd]
+        self.calls = {}
+
+    def run(self):
+        while True:
+            for key, _ in self.sel.select():
+                kind, pid = key.data
+                if kind == "control":
+                    if not self.accept():
+                        return
+                elif kind == "exit":
+                    self.finish(pid)
+                elif kind == "hangup":
+                    self.hangup(pid)
+
+    def accept(self):
+        try:
+            msg, fds, flags, _ = socket.recv_fds(self.control, _MAX_MSG, 4)
+        except OSError:
+            return False
+        if not msg and not fds:
+            return False  # the host closed the control socket: stop
+        if len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            return True
+        try:
+            call = json.loads(msg)
+        except ValueError:
+            call = None
+        sock = fds[0]
+        shadow = _shadowed(os.path.dirname(os.path.realpath(call["script"]))) if call else "?"
+        if shadow is not None:
+            self.reply(sock, {"declined": "the script's directory shadows `%s`" % shadow})
+            for fd in fds:
+                os.close(fd)
+            return True
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(self.control.fileno())
+            except OSError:
+                pass
+            _child(call, fds)
+        for fd in fds[1:]:
+            os.close(fd)
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            pidfd = -1
+        self.calls[pid] = [sock, pidfd]
+        self.reply(sock, {"pid": pid}, [pidfd] if pidfd >= 0 else [])
+        if pidfd >= 0:
+            self.sel.register(pidfd, selectors.EVENT_READ, ("exit", pid))
+        self.sel.register(sock, selectors.EVENT_READ, ("hangup", pid))
+        return True
+
+    def reply(self, sock, obj, fds=()):
+        try:
+            _send(sock, obj, list(fds))
+        except OSError:
+            pass
+
+    def hangup(self, pid):
+        """The host closed the call's socket (its deadline, a cancelled call), or sent `go`."""
+        entry = self.calls.get(pid)
+        if entry is None:
+            return
+        sock = entry[0]
+        try:
+            data = os.read(sock, 64)
+        except OSError:
+            data = b""
+        if data:
+            return  # a byte meant for the child; not a hangup
+        self.sel.unregister(sock)
+        entry[0] = -1
+        os.close(sock)
+        try:
+            os.kill(pid, signal.SIGKILL)  # unreaped: the pid is still the child's
+        except OSError:
+            pass
+
+    def finish(self, pid):
+        sock, pidfd = self.calls.pop(pid)
+        self.sel.unregister(pidfd)
+        if sock >= 0:
+            self.sel.unregister(sock)
+        # The child has exited but is not reaped: its group id cannot have
+        # been reused, so what is left of the group can be killed.
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        _, status = os.waitpid(pid, 0)
+        os.close(pidfd)
+        self.sweep()
+        if sock >= 0:
+            self.reply(sock, {"status": status})
+            os.close(sock)
+
+    def sweep(self):
+        """Kills and reaps every child that is not a running call: what a
+        finished call's process left behind (reparented to this subreaper)."""
+        for _ in range(10000):
+            strays = [p for p in _children() if p not in self.calls]
+            if not strays:
+                return
+            for p in strays:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+            for p in strays:
+                try:
+                    os.waitpid(p, 0)
+                except ChildProcessError:
+                    pass
+
+
+def _send(fd, obj, fds):
+    s = socket.socket(fileno=os.dup(fd))
+    try:
+        socket.send_fds(s, [json.dumps(obj).encode()], fds)
+    finally:
+        s.close()
+
+
+def main():
+    _LIBC.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    control = socket.socket(fileno=0)
+    # fd 0 is the control socket: the server's own stdin object must never
+    # read from it, and the child re-points fd 0 at the call's stdin.
+    gc.collect()
+    gc.freeze()
+    Server(control).run()
+
+
+main()

@@ -1,0 +1,406 @@
+//! The Python fork server (issue 18): every python example and LibreFang-style
+//! fixture and a set of targeted scripts run through both paths — the fork
+//! server and a plain spawn (`[hooks] forkserver = false`) — with the same
+//! replies, errors and files; leftovers die with the call; the sandbox still
+//! denies; a call the server cannot take is spawned and counted.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ctxhost::config::HostConfig;
+use ctxhost::home::Home;
+use ctxhost::metrics::Metrics;
+use ctxhost::plugin::{LoadContext, load_script_plugin};
+use ctxhost::protocol::{HookName, HookRequest};
+use ctxhost::runner::process::ProcessRunner;
+use ctxhost::runner::{CallOptions, HookError, Runner};
+use serde_json::{Value, json};
+
+use crate::util::{TestPlugin, example, is_dead, librefang_fixture, within};
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+fn load_with(dir: &Path, home: &Path, config: &HostConfig) -> (ProcessRunner, Arc<Metrics>) {
+    let home = Home::at(home);
+    let cx = LoadContext { home: &home, config, host_env: &LoadContext::process_env };
+    let runner = load_script_plugin(dir, &cx).unwrap_or_else(|e| panic!("load {}: {e}", dir.display())).0;
+    let metrics = Arc::new(Metrics::default());
+    runner.attach_metrics(Arc::clone(&metrics));
+    (runner, metrics)
+}
+
+fn call(rt: &tokio::runtime::Runtime, runner: &dyn Runner, hook: HookName, body: Value) -> Result<Value, HookError> {
+    let request = HookRequest::from_json(hook, body).unwrap();
+    rt.block_on(runner.call(&request, &CallOptions::default()))
+}
+
+fn fallbacks(metrics: &Metrics, plugin: &str) -> u64 {
+    metrics.by_plugin().get(plugin).map(|h| h.values().map(|m| m.forkserver_fallbacks).sum()).unwrap_or(0)
+}
+
+/// A python plugin `name` with one `ingest` script; `extra` goes in `[hooks]`.
+fn python_plugin(name: &str, script: &str, extra: &str) -> TestPlugin {
+    let manifest = format!(
+        "name = \"{name}\"\nversion = \"0.1.0\"\n[hooks]\nruntime = \"python\"\nhook_timeout_secs = 5\n{extra}\ningest = \"hooks/ingest.py\"\n"
+    );
+    TestPlugin::new(name, &[("plugin.toml", &manifest), ("hooks/ingest.py", script)])
+}
+
+fn ingest(message: &str) -> Value {
+    json!({"agent_id": "a", "message": message, "peer_id": null})
+}
+
+/// A result as comparable text: the reply, or the error's kind and message
+/// (which holds the stderr tail).
+fn shown(r: &Result<Value, HookError>) -> String {
+    match r {
+        Ok(v) => format!("ok {v}"),
+        Err(e) => format!("err {:?}: {e}", e.kind()),
+    }
+}
+
+/// The scripts whose behaviour must not tell the two paths apart.
+const SCRIPTS: &[(&str, &str)] = &[
+    (
+        "dump",
+        r#"import json, os, sys
+line = sys.stdin.readline()
+m = sys.modules['__main__']
+print(json.dumps({"type": "ingest_result", "memories": [], "name": __name__, "argv": sys.argv,
+  "file": __file__, "spec": repr(__spec__), "loader": type(__loader__).__name__, "path0": sys.path[0],
+  "env": sorted(k for k in os.environ if k != "TMPDIR"), "agent": os.environ["LIBREFANG_AGENT_ID"],
+  "msg": os.environ["LIBREFANG_MESSAGE"], "req": json.loads(line)["message"],
+  "tmp": os.path.isdir(os.environ["TMPDIR"]) and os.access(os.environ["TMPDIR"], os.W_OK),
+  "flags": [sys.flags.dont_write_bytecode, sys.flags.isolated], "globals": sorted(globals())}))
+"#,
+    ),
+    ("exit3", "print('{\"type\": \"ingest_result\", \"memories\": []}')\nimport sys\nsys.exit(3)\n"),
+    ("exit_message", "import sys\nsys.exit('bad thing happened')\n"),
+    (
+        "traceback",
+        "def f():\n    raise ValueError('boom')\ntry:\n    f()\nexcept ValueError as e:\n    raise RuntimeError('wrapped') from e\n",
+    ),
+    ("syntax", "print('a'\n"),
+    (
+        "atexit",
+        "import atexit, sys\natexit.register(lambda: print('{\"type\": \"ingest_result\", \"memories\": [{\"content\": \"atexit\"}]}'))\nsys.stdout.write('partial')\n",
+    ),
+    (
+        "thread_exit",
+        "import threading, sys, time, json\ndef t():\n    time.sleep(0.05)\n    print(json.dumps({'type': 'ingest_result', 'memories': [{'content': 'thread'}]}))\n    sys.exit(5)\nthreading.Thread(target=t).start()\nprint('main done')\n",
+    ),
+    (
+        "finaliser",
+        "import json\nclass D:\n    def __del__(self):\n        print(json.dumps({'type': 'ingest_result', 'memories': [{'content': 'del ran'}]}))\nd = D()\n",
+    ),
+    (
+        "stdin_twice",
+        "import sys, json\na = sys.stdin.read()\nb = sys.stdin.read()\nprint(json.dumps({'type': 'ingest_result', 'memories': [], 'second': b, 'first_len': len(a) > 0}))\n",
+    ),
+    ("close_stdout", "import os\nprint('{\"type\": \"ingest_result\", \"memories\": []}')\nos.close(1)\n"),
+    ("os_exit", "import os\nprint('{\"type\": \"ingest_result\", \"memories\": []}', flush=True)\nos._exit(4)\n"),
+    ("signal", "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n"),
+    ("interrupt", "raise KeyboardInterrupt\n"),
+    (
+        "state",
+        // Module state of a preloaded module: a call that finds the mark of
+        // an earlier call saw shared state.
+        "import json, random\nseen = hasattr(json, 'MARK')\njson.MARK = 1\nprint(json.dumps({'type': 'ingest_result', 'memories': [], 'seen': seen}))\n",
+    ),
+];
+
+/// Every targeted script through both paths, twice (the second call of the
+/// fork server runs after a first one changed what it could): the same
+/// reply or error, and the fork server took every call.
+#[test]
+fn targeted_scripts_behave_the_same_through_both_paths() {
+    let rt = rt();
+    let config = HostConfig::default();
+    for (name, script) in SCRIPTS {
+        let forked = python_plugin(name, script, "");
+        let spawned = python_plugin(name, script, "forkserver = false");
+        let (fork_runner, fork_metrics) = load_with(&forked.dir, &forked.home, &config);
+        let (spawn_runner, _) = load_with(&spawned.dir, &spawned.home, &config);
+        for round in 0..2 {
+            let a = call(&rt, &spawn_runner, HookName::Ingest, ingest("hello there"));
+            let b = call(&rt, &fork_runner, HookName::Ingest, ingest("hello there"));
+            // Paths differ between the two plugin dirs: compare with them masked.
+            let mask = |s: String, p: &TestPlugin| s.replace(p.dir.to_str().unwrap(), "<dir>");
+            let (a, b) = (mask(shown(&a), &spawned), mask(shown(&b), &forked));
+            let a = a.replace("forkserver = false", "");
+            assert_eq!(a, b, "`{name}` (call {round}) differs: spawned vs forked");
+        }
+        assert!(fork_runner.forkserver_pid().is_some(), "`{name}`: no fork server ran");
+        assert!(spawn_runner.forkserver_pid().is_none(), "`{name}`: `forkserver = false` started one");
+        assert_eq!(fallbacks(&fork_metrics, name), 0, "`{name}`: a call was spawned instead");
+    }
+}
+
+/// The fork server is what answered: a preloaded module is there before the
+/// script imports it (and is not in a spawned interpreter), and `random`
+/// is reseeded in every child.
+#[test]
+fn calls_really_go_through_the_fork_server() {
+    let rt = rt();
+    let script = "import sys, json\npre = 'hashlib' in sys.modules\nimport random\nprint(json.dumps({'type': 'ingest_result', 'memories': [], 'pre': pre, 'r': random.random()}))\n";
+    let forked = python_plugin("really", script, "");
+    let spawned = python_plugin("really", script, "forkserver = false");
+    let config = HostConfig::default();
+    let (fork_runner, _) = load_with(&forked.dir, &forked.home, &config);
+    let (spawn_runner, _) = load_with(&spawned.dir, &spawned.home, &config);
+    let a = call(&rt, &fork_runner, HookName::Ingest, ingest("x")).unwrap();
+    let b = call(&rt, &fork_runner, HookName::Ingest, ingest("x")).unwrap();
+    let c = call(&rt, &spawn_runner, HookName::Ingest, ingest("x")).unwrap();
+    assert_eq!((a["pre"].as_bool(), c["pre"].as_bool()), (Some(true), Some(false)));
+    assert_ne!(a["r"], b["r"], "random must be reseeded per child");
+    // Off host-wide too.
+    let mut off = HostConfig::default();
+    off.runner.python_forkserver = false;
+    let (off_runner, _) = load_with(&forked.dir, &forked.home, &off);
+    let d = call(&rt, &off_runner, HookName::Ingest, ingest("x")).unwrap();
+    assert_eq!(d["pre"].as_bool(), Some(false));
+    assert!(off_runner.forkserver_pid().is_none());
+}
+
+/// The python examples and the LibreFang-style fixture: the same replies
+/// through both paths, and the same files written.
+#[test]
+fn examples_and_fixtures_agree_through_both_paths() {
+    let rt = rt();
+    let config = HostConfig::default();
+    let turns = [
+        json!({"agent_id": "a1", "messages": [{"role": "user", "content": "My garden has heirloom tomatoes"}]}),
+        json!({"agent_id": "a1", "messages": [{"role": "user", "content": "I also keep bees"}]}),
+    ];
+    let asks = ["Tell me about my garden", "bees?", "zebras"];
+    let run = |dir: &Path, home: &Path, off: bool| -> (Vec<String>, String) {
+        if off {
+            let manifest = dir.join("plugin.toml");
+            let text = std::fs::read_to_string(&manifest).unwrap();
+            std::fs::write(&manifest, text.replacen("[hooks]\n", "[hooks]\nforkserver = false\n", 1)).unwrap();
+        }
+        let (runner, metrics) = load_with(dir, home, &config);
+        let mut replies = Vec::new();
+        for t in &turns {
+            replies.push(shown(&call(&rt, &runner, HookName::AfterTurn, t.clone())));
+        }
+        for q in asks {
+            let body = json!({"agent_id": "a1", "message": q, "peer_id": null});
+            replies.push(shown(&call(&rt, &runner, HookName::Ingest, body)));
+        }
+        assert_eq!(runner.forkserver_pid().is_some(), !off);
+        assert_eq!(fallbacks(&metrics, runner.plugin().manifest.name.as_str()), 0);
+        (replies, files(home).join("\n"))
+    };
+    {
+        let name = "python-memory";
+        let (a, b) = (example(name), example(name));
+        let (ra, fa) = run(&a.dir, &a.home, true);
+        let (rb, fb) = run(&b.dir, &b.home, false);
+        assert_eq!(ra, rb, "{name}: replies differ");
+        assert!(ra.iter().any(|r| r.contains("tomatoes")), "{name} recalled nothing: {ra:?}");
+        let (da, db) = (dir_files(&a.dir), dir_files(&b.dir));
+        assert_eq!(da, db, "{name}: plugin dir files differ");
+        assert_eq!(fa, fb, "{name}: home files differ");
+    }
+    {
+        let name = "notes";
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        librefang_fixture(name, &a.path().join("plugins"));
+        librefang_fixture(name, &b.path().join("plugins"));
+        let (ha, hb) = (a.path().join("home"), b.path().join("home"));
+        let (ra, fa) = run(&a.path().join("plugins").join(name), &ha, true);
+        let (rb, fb) = run(&b.path().join("plugins").join(name), &hb, false);
+        assert_eq!(ra, rb, "{name}: replies differ");
+        assert_eq!(fa, fb, "{name}: files differ");
+        assert!(fa.contains("store.json"), "{name} wrote no store: {fa}");
+    }
+}
+
+/// Relative path and content of every file under `root` (sorted).
+fn files(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for e in entries.flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            // The host's own databases and caches are not the hook's.
+            if rel.starts_with("cache") || rel.ends_with(".db") || rel.contains(".db-") {
+                continue;
+            }
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(format!("{rel}: {}", std::fs::read_to_string(&p).unwrap_or_default()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn dir_files(dir: &Path) -> Vec<String> {
+    files(dir).into_iter().filter(|f| !f.starts_with("plugin.toml")).collect()
+}
+
+/// A hook that daemonises (double fork, new session) and one that leaves a
+/// child in its group: both are dead when the call returns.
+#[test]
+fn leftovers_die_with_the_call() {
+    let rt = rt();
+    let script = r#"import os, sys, time, json
+if os.environ["LIBREFANG_MESSAGE"] == "quiet":
+    print(json.dumps({"type": "ingest_result", "memories": []}))
+    sys.exit(0)
+pids = os.path.join(os.environ["TMPDIR"], "..")
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.write(w, b"%d\n" % os.getpid()); os.close(1); os.close(2)
+        time.sleep(30); os._exit(0)
+    os._exit(0)
+if os.fork() == 0:
+    os.write(w, b"%d\n" % os.getpid()); os.close(1); os.close(2)
+    time.sleep(30); os._exit(0)
+os.close(w)
+got = b""
+while got.count(b"\n") < 2:
+    got += os.read(r, 100)
+print(json.dumps({"type": "ingest_result", "memories": [], "pids": [int(p) for p in got.split()]}))
+"#;
+    let p = python_plugin("daemon", script, "");
+    let (runner, _) = load_with(&p.dir, &p.home, &HostConfig::default());
+    // A first call that leaves nothing: the server's own process tree.
+    call(&rt, &runner, HookName::Ingest, ingest("quiet")).unwrap();
+    let server = runner.forkserver_pid().unwrap() as i32;
+    let baseline = descendants(server).len();
+    let reply = call(&rt, &runner, HookName::Ingest, ingest("x")).unwrap();
+    assert_eq!(runner.forkserver_pid(), Some(server as u32));
+    // The pids are of the hook's pid namespace when it has one; the host
+    // sees the server's tree: back to what it was once the call returned.
+    let pids: Vec<i64> = reply["pids"].as_array().unwrap().iter().filter_map(Value::as_i64).collect();
+    assert_eq!(pids.len(), 2, "{reply}");
+    within(5, "the call's leftovers are killed", || descendants(server).len() == baseline);
+}
+
+/// Pids below `pid` in the host's view (children, recursively), `pid`'s
+/// own keeper/init chain included.
+fn descendants(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut stack = vec![pid];
+    while let Some(p) = stack.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else { continue };
+        for t in tasks.flatten() {
+            let path = t.path().join("children");
+            for c in std::fs::read_to_string(path).unwrap_or_default().split_whitespace() {
+                if let Ok(c) = c.parse::<i32>()
+                    && !is_dead(c)
+                {
+                    out.push(c);
+                    stack.push(c);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A hook past its deadline is killed through the fork server, with its
+/// group; the server keeps serving.
+#[test]
+fn a_timeout_kills_the_hook_and_the_server_serves_on() {
+    let rt = rt();
+    let script = "import sys, time, json, os\nif 'slow' in sys.stdin.readline():\n    time.sleep(60)\nprint(json.dumps({'type': 'ingest_result', 'memories': []}))\n";
+    let p = python_plugin("slow", script, "");
+    let text = std::fs::read_to_string(p.dir.join("plugin.toml"))
+        .unwrap()
+        .replace("hook_timeout_secs = 5", "hook_timeout_secs = 1");
+    std::fs::write(p.dir.join("plugin.toml"), text).unwrap();
+    let (runner, _) = load_with(&p.dir, &p.home, &HostConfig::default());
+    assert!(call(&rt, &runner, HookName::Ingest, ingest("fast")).is_ok());
+    let server = runner.forkserver_pid().unwrap() as i32;
+    let baseline = descendants(server).len();
+    let start = std::time::Instant::now();
+    let e = call(&rt, &runner, HookName::Ingest, ingest("slow")).unwrap_err();
+    assert!(matches!(e, HookError::Timeout { .. }), "{e}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    within(5, "the timed-out hook is gone", || descendants(server).len() == baseline);
+    assert!(call(&rt, &runner, HookName::Ingest, ingest("fast")).is_ok());
+    assert_eq!(runner.forkserver_pid(), Some(server as u32), "the same server serves on");
+}
+
+/// Over the output cap: killed, reported as for a spawned hook.
+#[test]
+fn the_output_cap_holds() {
+    let rt = rt();
+    let script = "import sys\nsys.stdout.write('x' * (3 * 1024 * 1024))\n";
+    let p = python_plugin("loud", script, "");
+    let (runner, _) = load_with(&p.dir, &p.home, &HostConfig::default());
+    let e = call(&rt, &runner, HookName::Ingest, ingest("x")).unwrap_err();
+    assert!(matches!(e, HookError::OutputCap { stream: "stdout", .. }), "{e}");
+}
+
+/// A server that died is replaced at the next call; a script dir shadowing
+/// a preloaded module is spawned instead, counted as a fallback.
+#[test]
+fn a_dead_server_is_replaced_and_a_declined_call_is_spawned() {
+    let rt = rt();
+    // `die` kills the hook's parent: the fork server itself.
+    let script = "import json, os, sys, time\nif 'die' in sys.stdin.readline():\n    os.kill(os.getppid(), 9)\n    time.sleep(5)\nprint(json.dumps({'type': 'ingest_result', 'memories': []}))\n";
+    let p = python_plugin("phoenix", script, "");
+    let (runner, metrics) = load_with(&p.dir, &p.home, &HostConfig::default());
+    call(&rt, &runner, HookName::Ingest, ingest("x")).unwrap();
+    let first = runner.forkserver_pid().unwrap();
+    let e = call(&rt, &runner, HookName::Ingest, ingest("die")).unwrap_err();
+    assert_eq!(e.kind(), ctxhost::runner::ErrorKind::Crashed, "{e}");
+    call(&rt, &runner, HookName::Ingest, ingest("x")).unwrap();
+    let second = runner.forkserver_pid().unwrap();
+    assert_ne!(first, second, "a new server serves");
+
+    let shadow = TestPlugin::new(
+        "shadow",
+        &[
+            (
+                "plugin.toml",
+                "name = \"shadow\"\nversion = \"0.1.0\"\n[hooks]\nruntime = \"python\"\ningest = \"hooks/ingest.py\"\n",
+            ),
+            ("hooks/ingest.py", "import uuid\nprint(uuid.MINE)\n"),
+            ("hooks/uuid.py", "MINE = '{\"type\": \"ingest_result\", \"memories\": [{\"content\": \"own uuid\"}]}'\n"),
+        ],
+    );
+    let (runner, metrics2) = load_with(&shadow.dir, &shadow.home, &HostConfig::default());
+    let r = call(&rt, &runner, HookName::Ingest, ingest("x")).unwrap();
+    assert_eq!(r["memories"][0]["content"], "own uuid");
+    assert_eq!(fallbacks(&metrics2, "shadow"), 1);
+    assert_eq!(fallbacks(&metrics, "phoenix"), 0);
+}
+
+/// The sandbox holds through the fork server: a child cannot write outside
+/// its dirs, nor see the host's environment.
+#[test]
+fn the_sandbox_still_denies() {
+    let rt = rt();
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("escaped");
+    let script = format!(
+        "import json, os\ntry:\n    open({target:?}, 'w').write('x')\n    wrote = True\nexcept OSError:\n    wrote = False\nprint(json.dumps({{'type': 'ingest_result', 'memories': [], 'wrote': wrote, 'secret': os.environ.get('CTXHOST_TEST_SECRET')}}))\n",
+        target = target.to_str().unwrap()
+    );
+    // SAFETY: set before any thread of this test reads the environment.
+    unsafe { std::env::set_var("CTXHOST_TEST_SECRET", "hunter2") };
+    let p = python_plugin("jail", &script, "");
+    let (runner, _) = load_with(&p.dir, &p.home, &HostConfig::default());
+    let r = call(&rt, &runner, HookName::Ingest, ingest("x")).unwrap();
+    assert!(runner.forkserver_pid().is_some());
+    assert_eq!(r["secret"], Value::Null, "{r}");
+    if ctxhost::runner::process::sandbox::features().landlock_abi >= 1 {
+        assert_eq!(r["wrote"], false, "{r}");
+        assert!(!target.exists());
+    }
+}
