@@ -263,7 +263,12 @@ fn the_dashboards_example_requests_are_hooks_md_examples() {
     for (name, body) in hook_sections() {
         let example = subsection(&body, "Example").unwrap();
         let request = json_blocks(example, &format!("hooks.md `{name}`")).swap_remove(0);
-        assert_eq!(shipped.get(&name), Some(&request), "{}: `{name}` is not hooks.md's example request", path.display());
+        assert_eq!(
+            shipped.get(&name),
+            Some(&request),
+            "{}: `{name}` is not hooks.md's example request",
+            path.display()
+        );
     }
     assert_eq!(shipped.len(), HookName::ALL.len(), "{}: one request per hook, no other", path.display());
 }
