@@ -266,7 +266,7 @@ fn the_dashboards_example_requests_are_hooks_md_examples() {
         assert_eq!(
             shipped.get(&name),
             Some(&request),
-            "{}: `{name}` is not hooks.md's example request",
+            "{}: `{name}` is not hooks.md's example request (copy the example's request there)",
             path.display()
         );
     }
