@@ -531,3 +531,52 @@ fn with_100_plugins_the_table_renders_quickly() {
     assert!(ms < 5000.0, "the table took {ms:.0} ms");
     b.screenshot("plugins-100");
 }
+
+#[test]
+fn memory_is_searched_and_deleted_after_a_confirmation_and_a_grant_change_names_what_it_opens() {
+    let site = Site::new();
+    memory_plugin(&site, "notes");
+    let daemon = site.start(&[]);
+    let turn = json!({"messages": [
+        {"role": "user", "content": "my cat is called Miso"},
+        {"role": "user", "content": "I grow tomatoes in the garden"}]});
+    assert_eq!(daemon.post("/api/agents/m1/after_turn", &turn.to_string()).status, 200);
+    let b = Browser::start();
+    b.open(&url(&daemon, "#memory"));
+    b.type_into("#memory-agent", "m1");
+    b.type_into("#memory-q", "cat Miso");
+    b.click("form.memory-search button[type=submit]");
+    b.wait_text("#memory-results", "my cat is called Miso");
+    let id = b.rt.block_on(b.find("#memory-results li.memory").attr("data-id")).unwrap().unwrap();
+    // Cancel first: nothing is deleted.
+    b.click(&format!("button[data-delete-memory='{id}']"));
+    b.wait_text("#confirm-text", "my cat is called Miso");
+    b.click("#confirm-no");
+    assert_eq!(daemon.get("/api/memory/m1").json()["total"], 2);
+    b.click(&format!("button[data-delete-memory='{id}']"));
+    b.click("#confirm-yes");
+    b.wait_text("#view-memory .message", &format!("Deleted memory {id}"));
+    let left = daemon.get("/api/memory/m1").json();
+    assert_eq!(left["total"], 1, "{left}");
+    assert_eq!(left["memories"][0]["content"], "I grow tomatoes in the garden");
+
+    // A grant: the confirmation names what it opens; nothing changes before "Change grant".
+    b.open(&url(&daemon, "#plugins"));
+    b.click("button[data-action=grant][data-plugin=notes]");
+    b.click("input[data-grant-network=notes]");
+    b.type_into("input[data-grant-env=notes]", "NOTES_KEY");
+    b.click("tr.expand[data-plugin=notes] form.grant button[type=submit]");
+    let asked = b.wait_text("#confirm-text", "network access");
+    assert!(asked.contains("host variable NOTES_KEY"), "{asked}");
+    let grant = |d: &Daemon| {
+        let list = d.get("/api/plugins").json();
+        list.as_array().unwrap().iter().find(|p| p["name"] == "notes").unwrap()["grants"].clone()
+    };
+    assert_ne!(grant(&daemon)["network"], json!(true), "recorded before the confirmation");
+    b.click("#confirm-yes");
+    b.wait_text("tr.expand[data-plugin=notes] .grant-result", "Grant changed");
+    let g = grant(&daemon);
+    assert_eq!((&g["network"], &g["env"]), (&json!(true), &json!(["NOTES_KEY"])), "{g}");
+    let errors = b.console_errors();
+    assert!(errors.is_empty(), "console errors:\n{}", errors.join("\n"));
+}
