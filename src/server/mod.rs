@@ -9,7 +9,9 @@
 //!   runs is listed, test-hookable and reloadable at once ([`plugins`]);
 //! - the agent API, `POST /api/agents/{agent_id}/{hook}`, answering what the
 //!   engine decided after stack merging and fallbacks ([`agents`]);
-//! - `GET /metrics` (Prometheus text, [`prometheus`]) and `GET /healthz`.
+//! - `GET /metrics` (Prometheus text, [`prometheus`]) and `GET /healthz`;
+//! - the dashboard, `GET /` and its embedded files ([`dashboard`]), which
+//!   reads all it shows from the routes above.
 //!
 //! Every request is logged in one line ([`access`]); a path no route has is a
 //! 404 naming the nearest route ([`route_table`] is the one list the router
@@ -33,6 +35,7 @@ mod agents;
 mod auth;
 mod body;
 mod conn;
+mod dashboard;
 mod faust_admin;
 mod feed;
 mod health;
@@ -388,6 +391,9 @@ fn route_table() -> RouteTable {
         .route("/healthz", get(healthz), Guard::Open)
         .route("/api/health/series", get(health::series), Guard::Open)
         .route("/api/agents", get(turns::agents), Guard::Open)
+        // The dashboard: fixed files that carry no data (the page reads the API).
+        .route("/", get(dashboard::index), Guard::Open)
+        .route("/dashboard/{*path}", get(dashboard::asset), Guard::Open)
         .route("/api/plugins/scaffold", post(plugins::scaffold), Guard::Token)
         .route("/api/plugins/{name}/reload", post(plugins::reload), Guard::Token)
         .route("/api/plugins/{name}/test-hook", post(plugins::test_hook), Guard::Token)
