@@ -587,3 +587,72 @@ fn the_fork_server_suite_passes_as_an_unprivileged_user() {
         10,
     );
 }
+
+/// `ctxhost doctor` (JSON and text) and `GET /api/plugins` say whether a
+/// python plugin's hooks run through a fork server, and why not; a plugin
+/// of another runtime has no such field.
+#[test]
+fn doctor_and_the_catalog_say_whether_hooks_run_through_a_fork_server() {
+    use crate::util::http::Client;
+    let site = crate::util::site::Site::new();
+    let hook = "import json\nprint(json.dumps({'type': 'ingest_result', 'memories': []}))\n";
+    for (name, extra) in
+        [("fs-on", ""), ("fs-off", "forkserver = false\n"), ("fs-worker", "persistent_subprocess = true\n")]
+    {
+        let dir = site.plugin_dir(name);
+        std::fs::create_dir_all(dir.join("hooks")).unwrap();
+        std::fs::write(dir.join("hooks/ingest.py"), hook).unwrap();
+        std::fs::write(
+            dir.join("plugin.toml"),
+            format!("name = \"{name}\"\nversion = \"0.1.0\"\n[hooks]\nruntime = \"python\"\n{extra}ingest = \"hooks/ingest.py\"\n"),
+        )
+        .unwrap();
+    }
+    let dir = site.plugin_dir("sh");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.sh"), "echo '{}'\n").unwrap();
+    std::fs::write(
+        dir.join("plugin.toml"),
+        "name = \"sh\"\nversion = \"1\"\n[hooks]\nruntime = \"bash\"\ningest = \"a.sh\"\n",
+    )
+    .unwrap();
+    let doctor = |json: bool| {
+        let mut cmd = crate::util::ctxhost();
+        cmd.arg("--home").arg(site.home()).arg("doctor");
+        if json {
+            cmd.arg("--json");
+        }
+        String::from_utf8(cmd.assert().success().get_output().stdout.clone()).unwrap()
+    };
+    let by_name = |plugins: &Value| -> std::collections::BTreeMap<String, Value> {
+        plugins
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["name"].as_str().unwrap().to_owned(), p.get("forkserver").cloned().unwrap_or(Value::Null)))
+            .collect()
+    };
+    let report: Value = serde_json::from_str(&doctor(true)).unwrap();
+    let f = by_name(&report["plugins"]);
+    assert_eq!(f["fs-on"], json!({"used": true}), "{report}");
+    assert_eq!(f["fs-off"], json!({"used": false, "why_not": "`forkserver = false` in the plugin's [hooks]"}));
+    assert_eq!(f["fs-worker"]["used"], false);
+    assert!(f["fs-worker"]["why_not"].as_str().unwrap().contains("persistent worker"), "{}", f["fs-worker"]);
+    assert_eq!(f["sh"], Value::Null, "a bash plugin has no fork server field");
+    let text = doctor(false);
+    let after = |name: &str| text.lines().skip_while(|l| !l.trim_start().starts_with(name)).nth(1).unwrap_or("").trim();
+    assert_eq!(after("fs-on "), "its hooks run through a fork server", "{text}");
+    assert!(text.contains("no fork server: `forkserver = false` in the plugin's [hooks]"), "{text}");
+
+    // Off host-wide: every python one-shot says so, in the catalog too.
+    std::fs::write(site.home().join("config.toml"), "[runner]\npython_forkserver = false\n").unwrap();
+    let routes = site.routes();
+    let listed = routes.get("/api/plugins").json();
+    let f = by_name(if listed.is_array() { &listed } else { &listed["plugins"] });
+    assert_eq!(
+        f["fs-on"],
+        json!({"used": false, "why_not": "`[runner] python_forkserver = false` in config.toml"}),
+        "{listed}"
+    );
+    assert_eq!(f["sh"], Value::Null);
+}

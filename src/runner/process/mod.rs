@@ -5,6 +5,7 @@
 //! one process call and its reply. It never interprets the reply beyond the
 //! stdout rule; typed reply handling is the engine's.
 
+mod capture;
 mod env;
 mod exit;
 mod forkserver;
@@ -29,7 +30,7 @@ use serde_json::Value;
 
 pub use env::{EnvInputs, EnvPlan};
 pub use exit::label as exit_label;
-pub use forkserver::PRELOAD as FORKSERVER_PRELOAD;
+pub use forkserver::{PRELOAD as FORKSERVER_PRELOAD, decision as forkserver_decision};
 pub use launcher::{CommandLine, Launcher, RuntimeInfo, find_on_path, info as runtime_info};
 pub use oneshot::DEFAULT_OUTPUT_CAP;
 pub use plan::{env_plan, system_launcher};

@@ -108,6 +108,28 @@ pub const PRELOAD: &[&str] = &[
     "inspect",
 ];
 
+/// Whether the one-shot hooks of a plugin with `settings` go through a fork
+/// server under the host's `[runner]` config: `None` for a plugin that is
+/// not a Python script plugin, else `Ok` or why not (said by `ctxhost
+/// doctor` and the catalog status). The loader decides with this too.
+pub fn decision(
+    settings: &crate::manifest::ExecSettings,
+    runner: &crate::config::RunnerConfig,
+) -> Option<Result<(), &'static str>> {
+    if settings.runtime != crate::manifest::Runtime::Python {
+        return None;
+    }
+    Some(if settings.persistent_subprocess {
+        Err("a persistent worker: its process already stays up between calls")
+    } else if !settings.forkserver {
+        Err("`forkserver = false` in the plugin's [hooks]")
+    } else if !runner.python_forkserver {
+        Err("`[runner] python_forkserver = false` in config.toml")
+    } else {
+        Ok(())
+    })
+}
+
 /// Environment variables that differ per call; any other difference from the
 /// server's own environment (a bootstrap override, a changed venv) restarts it.
 const PER_CALL_VARS: &[&str] = &["LIBREFANG_AGENT_ID", "LIBREFANG_MESSAGE", "TMPDIR"];
