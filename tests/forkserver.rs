@@ -656,3 +656,43 @@ fn doctor_and_the_catalog_say_whether_hooks_run_through_a_fork_server() {
     );
     assert_eq!(f["sh"], Value::Null);
 }
+
+/// `max_memory_mb` through the fork server is per call, as for a spawned
+/// hook: each call's child is moved into a cgroup of its own (not the
+/// server's) before it runs the script; a call over the limit is stopped,
+/// the next one runs on the same server.
+#[test]
+fn a_per_call_memory_limit_binds_through_the_fork_server() {
+    if !ctxhost::runner::process::sandbox::features().memory_limit.starts_with("cgroup") {
+        eprintln!("no memory cgroup here: the limit is an rlimit, per process already");
+        return;
+    }
+    let rt = rt();
+    let script = "import json, os, sys\nsys.stdin.readline()\nmb = int(os.environ['LIBREFANG_MESSAGE'])\n\
+cg = sorted(l for l in open('/proc/self/cgroup').read().splitlines() if ':memory:' in l or l.startswith('0::'))\n\
+b = bytearray(mb * 1024 * 1024)\nfor i in range(0, len(b), 4096):\n    b[i] = 1\n\
+print(json.dumps({'type': 'ingest_result', 'memories': [], 'cg': cg, 'built': len(b)}))\n";
+    let p = python_plugin("capped", script, "");
+    let manifest = std::fs::read_to_string(p.dir.join("plugin.toml")).unwrap();
+    std::fs::write(p.dir.join("plugin.toml"), manifest.replacen("[hooks]", "max_memory_mb = 64\n[hooks]", 1)).unwrap();
+    let (runner, metrics) = load_with(&p.dir, &p.home, &HostConfig::default());
+    let small = call(&rt, &runner, HookName::Ingest, ingest("8")).unwrap();
+    let server = runner.forkserver_pid().unwrap();
+    let server_cg: Vec<String> = std::fs::read_to_string(format!("/proc/{server}/cgroup"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(":memory:") || l.starts_with("0::"))
+        .map(str::to_owned)
+        .collect();
+    let cg: Vec<String> = small["cg"].as_array().unwrap().iter().map(|l| l.as_str().unwrap().to_owned()).collect();
+    assert!(cg.iter().any(|l| l.contains("ctxhost-")), "the call runs in a cgroup of its own: {cg:?}");
+    let own: Vec<&String> = cg.iter().filter(|l| l.contains("ctxhost-")).collect();
+    assert!(own.iter().all(|l| !server_cg.contains(l)), "not the server's: {cg:?} vs {server_cg:?}");
+    let second = call(&rt, &runner, HookName::Ingest, ingest("8")).unwrap();
+    assert_ne!(second["cg"], small["cg"], "a fresh cgroup per call");
+    let big = call(&rt, &runner, HookName::Ingest, ingest("300"));
+    assert!(big.is_err(), "300 MB under a 64 MB limit: {big:?}");
+    assert_eq!(call(&rt, &runner, HookName::Ingest, ingest("8")).unwrap()["built"], 8 * 1024 * 1024);
+    assert_eq!(runner.forkserver_pid(), Some(server), "the server lives on");
+    assert_eq!(fallbacks(&metrics, "capped"), 0, "every call went through the fork server");
+}

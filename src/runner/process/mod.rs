@@ -334,6 +334,13 @@ impl ProcessRunner {
             let base = forkserver::base_env(&probe);
             let lease = server.lease(command, &manifest.dir, &base, &self.plugin.confinement, fresh).await?;
             let env = self.plugin.env.for_call(request, &overrides, &lease.tmpdir.0);
+            // The call's own cgroup, as a spawned hook would get (its limits
+            // per call, killed with the call); removed when this drops.
+            let (_cgroup, join) = self
+                .plugin
+                .confinement
+                .call_cgroup()
+                .map_err(|e| forkserver::Unavailable::Start(format!("cannot make the call's cgroup: {e}")))?;
             let result = forkserver::run(forkserver::ForkCall {
                 control: &lease.control,
                 script,
@@ -344,6 +351,7 @@ impl ProcessRunner {
                 output_cap: self.output_cap,
                 plugin: &manifest.name,
                 hook: request.hook(),
+                cgroup: &join,
             })
             .await;
             drop(lease);

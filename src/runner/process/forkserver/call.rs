@@ -39,6 +39,9 @@ pub(in crate::runner::process) struct ForkCall<'a> {
     pub output_cap: usize,
     pub plugin: &'a str,
     pub hook: HookName,
+    /// The `cgroup.procs` files of the call's own cgroup (empty: none): the
+    /// child waits until the host has moved it in.
+    pub cgroup: &'a [OwnedFd],
 }
 
 /// Kills the hook when dropped: every exit path of a call. After the hook
@@ -85,6 +88,7 @@ fn header(call: &ForkCall<'_>) -> Result<Vec<u8>, Unavailable> {
         "script": text(call.script.as_os_str())?,
         "argv": argv,
         "env": env,
+        "go": !call.cgroup.is_empty(),
     });
     serde_json::to_vec(&json).map_err(|e| Unavailable::Unfit(e.to_string()))
 }
@@ -132,7 +136,35 @@ pub(in crate::runner::process) async fn run(call: ForkCall<'_>) -> Result<Result
         return Err(Unavailable::Gone(std::io::Error::other(format!("unexpected answer {reply}"))));
     }
     let hook = HookKill(started.fds.into_iter().next());
+    if !call.cgroup.is_empty() {
+        // Into the call's cgroup before it runs the script, or not at all
+        // (dropping `hook` kills it): never unconfined.
+        join_cgroup(&hook, call.cgroup)
+            .and_then(|()| wire::send(socket.get_ref().as_raw_fd(), b"g", &[]))
+            .map_err(|e| Unavailable::Unfit(format!("cannot move the hook into its cgroup: {e}")))?;
+    }
     Ok(drive(call, socket, hook, deadline.as_mut(), in_w, out_r, err_r).await)
+}
+
+/// Writes the hook's pid (in the host's pid namespace: the pidfd's, as
+/// this process's `/proc` shows it) to each `cgroup.procs`.
+fn join_cgroup(hook: &HookKill, procs: &[OwnedFd]) -> std::io::Result<()> {
+    let Some(pidfd) = &hook.0 else { return Err(std::io::Error::other("the server sent no pidfd")) };
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd()))?;
+    let pid = info
+        .lines()
+        .find_map(|l| l.strip_prefix("Pid:"))
+        .map(str::trim)
+        .filter(|p| p.parse::<u32>().is_ok_and(|p| p > 0))
+        .ok_or_else(|| std::io::Error::other("the hook's pid is not in its pidfd's fdinfo"))?;
+    for fd in procs {
+        // SAFETY: write(2) of a local buffer to an fd we own.
+        let n = unsafe { libc::write(fd.as_raw_fd(), pid.as_ptr().cast(), pid.len()) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// The started call to its end.
