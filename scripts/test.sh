@@ -2,7 +2,8 @@
 # Runs ctxhost's whole test suite on a fresh machine.
 #
 # The tests run every supported runtime for real (python, node, bash, go, ruby,
-# lua, php, deno, bun and a native binary) and a real PostgreSQL, so this first
+# lua, php, deno, bun and a native binary), a real PostgreSQL and a headless
+# Chromium (the dashboard), so this first
 # installs the interpreters and the database server that are missing (Debian/Ubuntu package names, and deno and bun
 # from npm; as root, or through sudo), then runs `cargo test`. It says what it
 # will install, and why, before it does. Extra arguments go to cargo test.
@@ -37,6 +38,9 @@ need golang-go "go plugins" go
 need ruby "ruby plugins" ruby
 need lua5.4 "lua plugins" lua lua5.4
 need php-cli "php plugins" php
+# The dashboard's browser tests (tests/dashboard.rs) drive headless Chromium through chromedriver.
+need chromium "the dashboard's browser tests (headless Chromium)" chromium
+need chromium-driver "the dashboard's browser tests (chromedriver)" chromedriver
 # The PostgreSQL store's tests start a throw-away cluster (tests/util/pg.rs):
 # Debian keeps initdb and postgres in /usr/lib/postgresql/<version>/bin, off PATH.
 has_initdb() {

@@ -159,6 +159,56 @@ pub struct HookHistogram {
     pub buckets: Vec<(f64, u64)>,
 }
 
+/// One call recorded while a trace was on ([`traced`]): a plugin's (or the
+/// built-in engine's, `default`) part in one request.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CallRecord {
+    pub plugin: String,
+    pub hook: &'static str,
+    pub elapsed_ms: f64,
+    /// `success`, `fallback` or `failure`.
+    pub outcome: &'static str,
+}
+
+/// Calls one trace keeps at most.
+const MAX_TRACE: usize = 256;
+
+tokio::task_local! {
+    static TRACE: std::cell::RefCell<Vec<CallRecord>>;
+}
+
+/// Runs `f`, collecting every call [`Metrics::record`] (or [`note`]) sees
+/// on this task meanwhile (calls on other tasks — background after_turn —
+/// are not in it).
+pub async fn traced<F: std::future::Future>(f: F) -> (F::Output, Vec<CallRecord>) {
+    TRACE
+        .scope(std::cell::RefCell::new(Vec::new()), async move {
+            let out = f.await;
+            let calls = TRACE.try_with(std::cell::RefCell::take).unwrap_or_default();
+            (out, calls)
+        })
+        .await
+}
+
+/// Adds a call to the trace of this task, if one is on (else nothing).
+pub fn note(plugin: &str, hook: HookName, elapsed: Duration, outcome: CallOutcome) {
+    let _ = TRACE.try_with(|t| {
+        let mut t = t.borrow_mut();
+        if t.len() < MAX_TRACE {
+            t.push(CallRecord {
+                plugin: plugin.to_owned(),
+                hook: hook.as_str(),
+                elapsed_ms: elapsed.as_secs_f64() * 1e3,
+                outcome: match outcome {
+                    CallOutcome::Success => "success",
+                    CallOutcome::Fallback => "fallback",
+                    CallOutcome::Failure => "failure",
+                },
+            });
+        }
+    });
+}
+
 /// All metrics of an engine.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -197,6 +247,7 @@ impl Metrics {
     }
 
     pub fn record(&self, plugin: &str, hook: HookName, elapsed: Duration, outcome: CallOutcome) {
+        note(plugin, hook, elapsed, outcome);
         let ms = elapsed.as_secs_f64() * 1e3;
         let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
         let s = stats.entry((plugin.to_owned(), hook)).or_default();
@@ -234,6 +285,31 @@ impl Metrics {
             out.entry(plugin.clone()).or_default().insert(hook.as_str().to_owned(), view(s));
         }
         out
+    }
+
+    /// The metrics of each plugin's hook whose calls or worker respawns
+    /// changed since `seen` (which this updates): what a sampler needs, at
+    /// the cost of copying only what changed. The percentiles are computed
+    /// after the lock is let go, so recording calls never waits on them.
+    pub fn changed_since(
+        &self,
+        seen: &mut BTreeMap<(String, HookName), (u64, u64)>,
+    ) -> Vec<(String, HookName, HookMetrics)> {
+        let changed: Vec<((String, HookName), Stats)> = {
+            let stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+            stats
+                .iter()
+                .filter(|(key, s)| seen.get(*key) != Some(&(s.calls, s.worker.respawns)))
+                .map(|(key, s)| (key.clone(), s.clone()))
+                .collect()
+        };
+        changed
+            .into_iter()
+            .map(|((plugin, hook), s)| {
+                seen.insert((plugin.clone(), hook), (s.calls, s.worker.respawns));
+                (plugin, hook, view(&s))
+            })
+            .collect()
     }
 
     /// Every plugin's hook with its raw counters and latency histogram, for
@@ -366,6 +442,44 @@ mod tests {
         let h = m.histograms();
         assert_eq!(h[1].buckets.last().map(|b| b.1), Some(WINDOW as u64 + 3), "the histogram keeps every call");
         assert_eq!(Metrics::default().by_plugin().get("p"), None);
+    }
+
+    #[tokio::test]
+    async fn a_trace_collects_the_calls_of_its_task_only() {
+        let m = std::sync::Arc::new(Metrics::default());
+        let inner = m.clone();
+        let ((), calls) = traced(async move {
+            inner.record("p", HookName::Ingest, Duration::from_millis(2), CallOutcome::Success);
+            note("default", HookName::Ingest, Duration::from_millis(1), CallOutcome::Success);
+            let other = inner.clone();
+            tokio::spawn(async move { other.record("bg", HookName::AfterTurn, Duration::ZERO, CallOutcome::Failure) })
+                .await
+                .unwrap();
+            inner.record("q", HookName::Ingest, Duration::from_millis(3), CallOutcome::Fallback);
+        })
+        .await;
+        let seen: Vec<(&str, &str)> = calls.iter().map(|c| (c.plugin.as_str(), c.outcome)).collect();
+        assert_eq!(seen, [("p", "success"), ("default", "success"), ("q", "fallback")]);
+        m.record("p", HookName::Ingest, Duration::ZERO, CallOutcome::Success);
+        assert_eq!(m.by_plugin()["p"]["ingest"].calls, 2, "recording without a trace still counts");
+    }
+
+    #[test]
+    fn changed_since_reports_only_what_changed() {
+        let m = Metrics::default();
+        let mut seen = BTreeMap::new();
+        m.record("p", HookName::Ingest, Duration::from_millis(2), CallOutcome::Success);
+        m.record("q", HookName::Assemble, Duration::from_millis(4), CallOutcome::Fallback);
+        let first = m.changed_since(&mut seen);
+        assert_eq!(first.len(), 2);
+        assert!(m.changed_since(&mut seen).is_empty(), "nothing new");
+        m.record("q", HookName::Assemble, Duration::from_millis(6), CallOutcome::Success);
+        m.record_worker("p", HookName::Ingest, WorkerEvent::Respawn);
+        let again = m.changed_since(&mut seen);
+        let q = again.iter().find(|(p, _, _)| p == "q").unwrap();
+        assert_eq!((q.2.calls, q.2.fallbacks, q.2.p99_ms), (2, 1, 6.0));
+        let p = again.iter().find(|(p, _, _)| p == "p").unwrap();
+        assert_eq!((p.2.calls, p.2.worker_respawns), (1, 1), "a respawn alone is a change");
     }
 
     #[test]

@@ -460,8 +460,18 @@ fn vfs_paths_are_normalised_symbolic_nodes_computed_and_services_survive_a_resta
 
     let vfs = |path: &str| d.get(&format!("/api/vfs?path={path}"));
     assert_eq!(vfs("/plugins/notes/b.txt").json(), json!({"path": "/plugins/notes/b.txt", "content": "bee"}));
-    assert_eq!(vfs("/plugins/notes").json(), json!({"path": "/plugins/notes", "children": ["b.txt", "deep", "live"]}));
-    assert_eq!(vfs("/plugins/notes/live").json()["content"], "/plugins/notes/live read 1", "computed by its owner");
+    // Each child's kind: the dashboard marks symbolic nodes and their owner.
+    assert_eq!(
+        vfs("/plugins/notes").json(),
+        json!({"path": "/plugins/notes", "children": ["b.txt", "deep", "live"], "entries": [
+            {"name": "b.txt", "kind": "file"},
+            {"name": "deep", "kind": "dir"},
+            {"name": "live", "kind": "symbolic", "owner": "notes"},
+        ]})
+    );
+    let live = vfs("/plugins/notes/live").json();
+    assert_eq!(live["content"], "/plugins/notes/live read 1", "computed by its owner");
+    assert_eq!((&live["symbolic"], &live["owner"]), (&json!(true), &json!("notes")), "{live}");
     assert_eq!(vfs("/plugins/notes/live").json()["content"], "/plugins/notes/live read 2", "on every read");
     assert_eq!(vfs("/nothing/here").status, 404);
     // Another plugin reads it through the host, which asks the owner.

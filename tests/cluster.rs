@@ -631,7 +631,7 @@ fn trigger_recorder(site: &Site) {
             "trigger_fire",
             "t = req['trigger']\n\
              if t.get('type') == 'event':\n    log({'event': t['id'] + '#' + str(t['event_payload']['n'])})\n\
-             else:\n    log({'start': t['id']})\n    time.sleep(1.5)\n    log({'done': t['id']})",
+             else:\n    log({'start': t['id'], 'firing': req['firing_id']})\n    time.sleep(1.5)\n    log({'done': t['id']})",
         )],
     );
 }
@@ -640,8 +640,10 @@ fn trigger_recorder(site: &Site) {
 /// half-way and a fourth starts: every trigger fires, and each exactly once
 /// — except one the killed instance had claimed and not settled, which
 /// another instance fires again after the claim ran out (at least once is
-/// the promise; the re-firing is what keeps it from being lost). Events
-/// posted to any instance fire each listening trigger once.
+/// the promise; the re-firing is what keeps it from being lost), with the
+/// same firing id as its first try (`<id>@<due secs>`), which the receiver
+/// deduplicates by. Events posted to any instance fire each listening
+/// trigger once.
 #[test]
 fn due_triggers_fire_once_across_instances_that_start_and_die() {
     let db = pg::database();
@@ -677,6 +679,23 @@ fn due_triggers_fire_once_across_instances_that_start_and_die() {
     let starts = tally(&all, "rec", |l| l["start"].as_str().map(str::to_owned));
     let on_b = keys_in(&sites[1], "rec", |l| l["start"].as_str().map(str::to_owned));
     assert_eq!(starts.len(), N, "every trigger fired: {starts:?}");
+    // Every try of a firing carries its id: the trigger's id and due time.
+    let due: std::collections::BTreeMap<String, u64> =
+        (0..N).map(|i| (format!("t{i:02}"), now + 2 + (i as u64 % 6))).collect();
+    for site in &all {
+        for l in site.log("rec").iter().filter(|l| l.get("start").is_some()) {
+            let id = l["start"].as_str().unwrap();
+            assert_eq!(l["firing"], format!("{id}@{}", due[id]), "{l}");
+        }
+    }
+    // The embedder's fired records carry it too.
+    let fired: Vec<Value> =
+        [&a, &c, &d].iter().flat_map(|x| x.get("/api/triggers/fired").json().as_array().cloned().unwrap()).collect();
+    assert!(!fired.is_empty(), "the live instances delivered some");
+    for t in &fired {
+        let id = t["id"].as_str().unwrap();
+        assert_eq!(t["firing_id"], format!("{id}@{}", due[id]), "{t}");
+    }
     let mut taken_over = 0;
     for (id, n) in &starts {
         match n {
@@ -743,6 +762,48 @@ fn a_schedule_runs_on_one_instance_and_moves_when_it_dies() {
     let after = window(other, killed, killed + 100.0);
     assert!(after >= 3, "it keeps running on the other instance: {after}");
     eprintln!("schedule: {total} runs in 5 s on two instances; taken over {took_over:.1} s after the kill");
+    drop(daemons);
+}
+
+/// A schedule's holder stopped cleanly (SIGTERM) gives its lease back: the
+/// other instance takes the schedule over at its next due time, within one
+/// period, not when the lease (period + 2 s) would have run out.
+#[test]
+fn a_schedule_moves_within_one_period_when_its_holder_shuts_down_cleanly() {
+    let db = pg::database();
+    let sites: Vec<Site> = (0..2).map(|_| site_on(&db.url)).collect();
+    for s in &sites {
+        python_plugin(
+            s,
+            "ticker",
+            "[[schedules]]\nid = \"tick\"\ninterval_secs = 1\n",
+            &[("run_schedule", "log({'id': req['id'], 'at': time.time()})")],
+        );
+    }
+    let mut daemons: Vec<Option<crate::util::http::Daemon>> = sites.iter().map(|s| Some(s.start(&[]))).collect();
+    let runs = |s: &Site| s.log("ticker").iter().filter_map(|l| l["at"].as_f64()).collect::<Vec<f64>>();
+    within(20, "the first run", || sites.iter().any(|s| !runs(s).is_empty()));
+    std::thread::sleep(Duration::from_secs(3));
+    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let recent = |s: &Site, since: f64| runs(s).into_iter().filter(|t| *t >= since).count();
+    let holder = if recent(&sites[0], now() - 2.0) > 0 { 0 } else { 1 };
+    assert_eq!(recent(&sites[1 - holder], now() - 2.0), 0, "only the holder runs it");
+    let held = db.query("SELECT holder FROM leases WHERE name = 'schedule:ticker/tick'").unwrap();
+    assert_eq!(held.len(), 1, "{held:?}");
+
+    let stopped = now();
+    let (clean, stderr) = daemons[holder].take().unwrap().stop(); // SIGTERM
+    assert!(clean, "a clean exit: {stderr}");
+    assert!(stderr.contains("schedule leases given back for other instances: schedule:ticker/tick"), "{stderr}");
+    let other = &sites[1 - holder];
+    within(10, "the other instance's first run", || runs(other).iter().any(|t| *t > stopped));
+    let took_over = runs(other).into_iter().find(|t| *t > stopped).unwrap_or(f64::INFINITY) - stopped;
+    // Had the lease run out instead, the earliest takeover is 2 s after the
+    // SIGTERM (renewed at most a period before it, it lasts period + 2 s).
+    assert!(took_over < 2.0, "taken over {took_over:.2} s after the SIGTERM (within a period and a tick)");
+    let now_held = db.query("SELECT holder FROM leases WHERE name = 'schedule:ticker/tick'").unwrap();
+    assert_ne!(now_held, held, "the other instance holds it now");
+    eprintln!("schedule: taken over {took_over:.2} s after the holder's SIGTERM");
     drop(daemons);
 }
 

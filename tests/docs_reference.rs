@@ -254,6 +254,25 @@ fn each_hooks_example_pair_parses_with_the_hosts_own_types() {
     }
 }
 
+/// The dashboard prefills its test-hook editor from `assets/dashboard/hooks.json`:
+/// each hook's request there is the example request of hooks.md, exactly.
+#[test]
+fn the_dashboards_example_requests_are_hooks_md_examples() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/dashboard/hooks.json");
+    let shipped: Map<String, Value> = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for (name, body) in hook_sections() {
+        let example = subsection(&body, "Example").unwrap();
+        let request = json_blocks(example, &format!("hooks.md `{name}`")).swap_remove(0);
+        assert_eq!(
+            shipped.get(&name),
+            Some(&request),
+            "{}: `{name}` is not hooks.md's example request (copy the example's request there)",
+            path.display()
+        );
+    }
+    assert_eq!(shipped.len(), HookName::ALL.len(), "{}: one request per hook, no other", path.display());
+}
+
 /// A plugin taking every agent-loop hook that records the fields of each
 /// request it gets.
 struct Recorder {

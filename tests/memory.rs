@@ -43,6 +43,7 @@ const MEMORIES: &[(&str, Option<&str>, &str)] = &[
     ("a1", None, "The coffee shop near work has good coffee"),
     ("a1", None, "Trip to Paris in May"),
     ("a1", None, "Trip to Paris in June"),
+    ("a1", None, "Café au lait and crème brûlée at a café in São Paulo"),
 ];
 
 /// One recall and what every backend must answer.
@@ -185,6 +186,27 @@ const RECALL_SET: &[Case] = &[
         limit: 5,
         set: &["Herr Müller from ÜBER Logistik called about the invoice"],
         first: None,
+    },
+    Case {
+        what: "diacritics are folded: a query without them finds words with them",
+        agent: "a1",
+        peer: None,
+        query: "cafe creme BRULEE sao",
+        limit: 5,
+        set: &["Café au lait and crème brûlée at a café in São Paulo"],
+        first: None,
+    },
+    Case {
+        what: "diacritics are folded: a query with them finds words without and with them",
+        agent: "a1",
+        peer: None,
+        query: "Müller's Übér café",
+        limit: 5,
+        set: &[
+            "Herr Müller from ÜBER Logistik called about the invoice",
+            "Café au lait and crème brûlée at a café in São Paulo",
+        ],
+        first: Some("Herr Müller from ÜBER Logistik called about the invoice"),
     },
     Case {
         what: "the limit keeps the most mentions",
@@ -347,6 +369,48 @@ pub async fn concurrent_writers_store_no_duplicates(a: Arc<dyn MemoryBackend>, b
     assert_eq!(b.recall("shared", None, "llamas", 500).await.unwrap().len(), 40);
 }
 
+/// The operator's view (`GET /api/memory`, `DELETE`): newest first without a
+/// query, matches of every peer with one, per agent; a delete removes one
+/// memory of its own agent only, and it is no longer recalled.
+async fn browses_and_deletes(backend: &dyn MemoryBackend) {
+    // One at a time, so ids follow the table's order (a batch is stored in lock order).
+    for (agent, peer, content) in MEMORIES {
+        backend.store(vec![new_memory(agent, *peer, content)]).await.unwrap();
+    }
+    let newest = backend.browse("a1", "", 3).await.unwrap();
+    let contents: Vec<&str> = newest.iter().map(|m| m.content.as_str()).collect();
+    let last_three: Vec<&str> = MEMORIES.iter().rev().filter(|m| m.0 == "a1").take(3).map(|m| m.2).collect();
+    assert_eq!(contents, last_three, "newest first");
+    assert!(newest[0].id > newest[1].id && newest[0].created_ms > 0);
+    let garden = backend.browse("a1", "garden", 50).await.unwrap();
+    let peers: BTreeSet<Option<&str>> = garden.iter().map(|m| m.peer_id.as_deref()).collect();
+    assert_eq!(peers, BTreeSet::from([None, Some("bob"), Some("carol")]), "every peer's: {garden:?}");
+    assert!(garden.iter().all(|m| m.content.to_lowercase().contains("garden")), "{garden:?}");
+    assert!(garden.iter().all(|m| !m.content.contains("another agent")), "another agent's is not listed");
+    assert!(backend.browse("a1", "the and of", 50).await.unwrap().is_empty(), "stopwords only: nothing");
+    let jazz = backend.browse("a1", "Coltrane", 1).await.unwrap();
+    let other = backend.browse("a2", "", 1).await.unwrap();
+    assert!(!backend.delete("a2", jazz[0].id).await.unwrap(), "not a2's memory");
+    assert!(!backend.delete("a1", other[0].id).await.unwrap(), "not a1's memory");
+    assert!(backend.delete("a1", jazz[0].id).await.unwrap());
+    assert!(!backend.delete("a1", jazz[0].id).await.unwrap(), "gone already");
+    let recalled = backend.recall("a1", None, "Coltrane", 10).await.unwrap();
+    assert!(recalled.iter().all(|m| m.content != jazz[0].content), "a deleted memory is not recalled: {recalled:?}");
+    assert_eq!(backend.count("a1").await.unwrap(), MEMORIES.iter().filter(|m| m.0 == "a1").count() - 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_browses_and_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    browses_and_deletes(&*sqlite(&dir)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_browses_and_deletes() {
+    let db = pg::database();
+    browses_and_deletes(&*postgres(&db).await).await;
+}
+
 fn sqlite(dir: &tempfile::TempDir) -> Arc<dyn MemoryBackend> {
     Arc::new(MemoryStore::open(&dir.path().join("memory.db")).unwrap())
 }
@@ -441,8 +505,9 @@ async fn postgres_schema_is_migrated_once_and_a_newer_one_is_refused() {
 }
 
 /// Memories stored by a ctxhost of memory schema version 1 (before the
-/// term-frequency column) are migrated in place and ranked as new ones are:
-/// the whole recall set passes over rows written by the old schema.
+/// term-frequency column, their words with diacritics) are migrated in
+/// place and ranked as new ones are: the whole recall set, its diacritics
+/// cases too, passes over rows written by the old schema.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_version_1_memories_are_migrated_and_ranked() {
     let db = pg::database();
@@ -463,7 +528,10 @@ async fn postgres_version_1_memories_are_migrated_and_ranked() {
     .unwrap();
     let mut rows = Vec::new();
     for (agent, peer, content) in MEMORIES {
-        let words = ctxhost::engine::default::memory::postgres::index_text(content);
+        // As that ctxhost wrote them: lowercased, diacritics kept.
+        let words: Vec<String> =
+            content.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect();
+        let words = words.join(" ");
         let count = words.split(' ').filter(|w| !w.is_empty()).count();
         let q = |t: &str| format!("'{}'", t.replace('\'', "''"));
         rows.push(format!(
@@ -491,6 +559,15 @@ async fn postgres_version_1_memories_are_migrated_and_ranked() {
         db.query("SELECT tf FROM memory_items WHERE content LIKE 'I drink coffee%'").unwrap(),
         [[Some(r#"{"i": 1, "black": 1, "drink": 1, "every": 1, "coffee": 3, "strong": 1, "morning": 1}"#.to_owned())]],
         "each word's count of the old row"
+    );
+    assert_eq!(
+        db.query("SELECT words FROM memory_items WHERE content LIKE 'Café%' OR content LIKE 'Herr%' ORDER BY id")
+            .unwrap(),
+        [
+            [Some("herr muller from uber logistik called about the invoice".to_owned())],
+            [Some("cafe au lait and creme brulee at a cafe in sao paulo".to_owned())]
+        ],
+        "the old rows' words folded"
     );
     // The same content again is not a new memory: the old rows' keys hold.
     assert_eq!(memory.store(vec![new_memory("a1", None, GARDEN_1)]).await.unwrap(), 0);

@@ -879,3 +879,352 @@ fn a_daemon_killed_with_sigkill_runs_its_journaled_after_turn_calls_at_restart_e
     assert_eq!(default.len(), 1, "{recalled}");
     assert_eq!(default[0]["content"], "my cat is called Miso");
 }
+
+// ---- What the dashboard reads and does, as any client (issue 17) ----
+
+const AUTH: (&str, &str) = ("Authorization", "Bearer T");
+
+fn authed(d: &Daemon, method: &str, path: &str, body: Option<&str>) -> crate::util::http::Response {
+    d.request(method, path, body, &[AUTH])
+}
+
+fn plugin_row(d: &Daemon, name: &str) -> Value {
+    let r = d.get("/api/plugins");
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("{name} in {}", r.body))
+}
+
+/// `GET /api/plugins` says what the plugins table shows; enable and disable
+/// work on a script plugin through the generic routes, and the engine
+/// follows (its memories stop and come back).
+#[test]
+fn plugins_list_shows_priority_grants_sandbox_and_enable_disable_take_effect() {
+    let site = Site::new();
+    site.echo_plugin("alpha", "v1");
+    write(
+        &site.plugin_dir("broken").join("plugin.toml"),
+        "name = \"broken\"\nversion = \"0.1.0\"\n[hooks]\nruntime = \"bash\"\ningest = \"missing.sh\"\n",
+    );
+    write(
+        &site.plugin_dir("guard").join("plugin.toml"),
+        "name = \"guard\"\nversion = \"0.3.0\"\npriority = 7\n[hooks]\nruntime = \"bash\"\ntool_call_pre = \"g.sh\"\n",
+    );
+    write(&site.plugin_dir("guard").join("g.sh"), "cat >/dev/null\necho '{\"action\":\"allow\"}'\n");
+    site.config("[context_engine]\nplugin = \"alpha\"\n");
+    let d = site.start(&["--token", "T"]);
+
+    let alpha = plugin_row(&d, "alpha");
+    assert_eq!(
+        (alpha["state"].as_str(), alpha["kind"].as_str(), alpha["runtime"].as_str()),
+        (Some("loaded"), Some("script"), Some("bash"))
+    );
+    assert_eq!(alpha["grants"]["network"], false, "the grant recorded at the first load: {alpha}");
+    assert_eq!(alpha["grants"]["filesystem"], false);
+    assert!(alpha["sandbox"]["layers"].is_array(), "{alpha}");
+    assert_eq!(alpha["priority"], Value::Null, "no agent-loop priority declared");
+    let guard = plugin_row(&d, "guard");
+    assert_eq!(guard["priority"], 7, "{guard}");
+    let broken = plugin_row(&d, "broken");
+    assert_eq!(broken["state"], "error");
+    assert!(broken["error"].as_str().unwrap().contains("missing.sh"), "{broken}");
+    assert_eq!(broken["sandbox"], Value::Null, "not loaded, so no sandbox in force");
+
+    // Disabling is guarded, recorded, and takes alpha out of the stack.
+    assert_eq!(d.post("/api/plugins/alpha/disable", "").status, 401);
+    let r = authed(&d, "POST", "/api/plugins/alpha/disable", Some(""));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!((r.json()["enabled"].as_bool(), r.json()["state"].as_str()), (Some(false), Some("disabled")));
+    let alpha = plugin_row(&d, "alpha");
+    assert_eq!((alpha["state"].as_str(), alpha["enabled"].as_bool()), (Some("disabled"), Some(false)));
+    let reply = d.request("POST", "/api/agents/a1/ingest", Some("{\"message\":\"hi\"}"), &[AUTH]).json();
+    assert!(plugin_memories(&reply).is_empty(), "a disabled plugin is not called: {reply}");
+    let r = authed(&d, "POST", "/api/plugins/alpha/enable", Some(""));
+    assert_eq!(
+        (r.status, r.json()["state"].as_str(), r.json()["active"].as_bool()),
+        (200, Some("loaded"), Some(true)),
+        "{}",
+        r.body
+    );
+    let reply = d.request("POST", "/api/agents/a1/ingest", Some("{\"message\":\"hi\"}"), &[AUTH]).json();
+    assert_eq!(plugin_memories(&reply), ["alpha v1: hi"]);
+    // A plugin that cannot start: the choice is kept, the reply says why.
+    let r = authed(&d, "POST", "/api/plugins/broken/enable", Some(""));
+    assert_eq!((r.status, r.json()["state"].as_str()), (400, Some("error")), "{}", r.body);
+    assert!(r.json()["error"].as_str().unwrap().contains("missing.sh"), "{}", r.body);
+    let r = authed(&d, "POST", "/api/plugins/alph/disable", Some(""));
+    assert_eq!(r.status, 404);
+    assert!(r.json()["error"].as_str().unwrap().contains("did you mean `alpha`"), "{}", r.body);
+}
+
+/// `PUT /api/plugins/{name}/grants` records what `ctxhost plugin grant`
+/// would, says what it opens, and puts it in force; a dry run records nothing.
+#[test]
+fn grants_route_records_the_grant_says_what_it_opens_and_reloads() {
+    let site = Site::new();
+    site.echo_plugin("alpha", "v1");
+    site.config("[context_engine]\nplugin = \"alpha\"\n");
+    let d = site.start(&["--token", "T"]);
+    let grants_file = site.home().join("grants.toml");
+    let before = std::fs::read_to_string(&grants_file).unwrap();
+    let before_layers = plugin_row(&d, "alpha")["sandbox"]["layers"].clone();
+
+    let r =
+        authed(&d, "PUT", "/api/plugins/alpha/grants", Some("{\"network\":true,\"env\":[\"HOME\"],\"dry_run\":true}"));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["opens"], json!(["network access", "host variable HOME"]), "{v}");
+    assert_eq!((v["dry_run"].as_bool(), v["reloaded"].as_bool()), (Some(true), Some(false)));
+    assert_eq!(std::fs::read_to_string(&grants_file).unwrap(), before, "a dry run records nothing");
+
+    let r = authed(&d, "PUT", "/api/plugins/alpha/grants", Some("{\"network\":true}"));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["opens"], json!(["network access"]));
+    assert_eq!(v["changes"], json!(["allow_network: false -> true"]));
+    assert_eq!((v["reloaded"].as_bool(), v["active"].as_bool()), (Some(true), Some(true)), "{v}");
+    let file = std::fs::read_to_string(&grants_file).unwrap();
+    let recorded: toml::Table = toml::from_str(&file).unwrap();
+    assert_eq!(recorded["plugins"]["alpha"]["allow_network"].as_bool(), Some(true), "{file}");
+    let row = plugin_row(&d, "alpha");
+    assert_eq!(row["grants"]["network"], true);
+    // The manifest does not ask for the network, so the effective settings
+    // (and the sandbox) are as before: a grant allows, it never adds.
+    assert_eq!(row["sandbox"]["layers"], before_layers, "{row}");
+
+    // The same as `ctxhost plugin grant alpha` (no --network): narrowed again.
+    let r = authed(&d, "PUT", "/api/plugins/alpha/grants", Some("{}"));
+    assert_eq!((r.status, r.json()["opens"].clone()), (200, json!([])), "{}", r.body);
+    assert_eq!(r.json()["changes"], json!(["allow_network: true -> false"]));
+    // Refusals name the field.
+    let r = authed(&d, "PUT", "/api/plugins/alpha/grants", Some("{\"env\":[\"A=B\"]}"));
+    assert_eq!(r.status, 400);
+    assert!(r.json()["error"].as_str().unwrap().contains("\"A=B\""), "{}", r.body);
+    let r = authed(&d, "PUT", "/api/plugins/alpha/grants", Some("{\"netwrok\":true}"));
+    assert_eq!(r.status, 400);
+    assert!(r.json()["error"].as_str().unwrap().contains("did you mean `network`"), "{}", r.body);
+    assert_eq!(authed(&d, "PUT", "/api/plugins/nope/grants", Some("{}")).status, 404);
+    assert_eq!(d.send("PUT", "/api/plugins/alpha/grants", Some("{}")).status, 401);
+}
+
+/// A line a hook writes to stderr is in `GET /api/logs` (poll) and on
+/// `GET /api/logs/stream` (live), with its plugin and hook; both need the token.
+#[test]
+fn plugin_stderr_is_served_by_poll_and_live_stream() {
+    use std::io::{Read, Write};
+    let site = Site::new();
+    write(
+        &site.plugin_dir("talker").join("plugin.toml"),
+        "name = \"talker\"\nversion = \"0.1.0\"\n[hooks]\nruntime = \"bash\"\ningest = \"i.sh\"\n",
+    );
+    write(
+        &site.plugin_dir("talker").join("i.sh"),
+        "read -r line\necho \"talker saw: $LIBREFANG_MESSAGE\" >&2\necho '{\"memories\":[]}'\n",
+    );
+    site.config("[context_engine]\nplugin = \"talker\"\n");
+    let d = site.start(&["--token", "T"]);
+    assert_eq!(d.get("/api/logs").status, 401);
+    assert_eq!(d.get("/api/logs/stream").status, 401);
+    d.request("POST", "/api/agents/a1/ingest", Some("{\"message\":\"first words\"}"), &[AUTH]);
+    let mut next = 0;
+    crate::util::within(10, "the stderr line in /api/logs", || {
+        let v = authed(&d, "GET", "/api/logs?plugin=talker", None).json();
+        let found = v["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["line"] == "talker saw: first words" && l["hook"] == "ingest" && l["plugin"] == "talker");
+        next = v["next"].as_u64().unwrap();
+        found
+    });
+    assert!(next >= 1);
+    let v = authed(&d, "GET", &format!("/api/logs?after={next}"), None).json();
+    assert_eq!(v["lines"], json!([]), "nothing after the last line: {v}");
+    assert_eq!(v["missed"], 0);
+    let v = authed(&d, "GET", "/api/logs?plugin=nobody", None).json();
+    assert_eq!(v["lines"], json!([]), "filtered by plugin");
+
+    // Live: a stream opened now sees the line of a call made after it.
+    let mut conn = std::net::TcpStream::connect(&d.addr).unwrap();
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(1))).unwrap();
+    write!(conn, "GET /api/logs/stream?after={next} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer T\r\n\r\n").unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let mut sent = false;
+    while !seen.contains("talker saw: live words") {
+        assert!(std::time::Instant::now() < deadline, "no live line on the stream: {seen}");
+        if let Ok(n) = conn.read(&mut buf) {
+            assert!(n > 0, "the stream ended: {seen}");
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        if !sent && seen.contains("text/event-stream") {
+            d.request("POST", "/api/agents/a1/ingest", Some("{\"message\":\"live words\"}"), &[AUTH]);
+            sent = true;
+        }
+    }
+    assert!(seen.contains("event: line"), "{seen}");
+    assert!(!seen.contains("first words"), "only lines after `after`: {seen}");
+    // An open stream ends with the daemon: it does not hold up the shutdown.
+    let started = std::time::Instant::now();
+    let (clean, stderr) = d.stop();
+    assert!(clean, "{stderr}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "shutdown took {:?}", started.elapsed());
+    let mut rest = String::new();
+    let _ = conn.read_to_string(&mut rest);
+    drop(conn);
+}
+
+/// A turn driven through the agent API is in the turn log: the recalled
+/// memories with their sources, the window with token counts and what was
+/// trimmed, the tool result before and after, each hook's timing.
+#[test]
+fn turns_log_what_the_engine_did_on_a_turn() {
+    let site = Site::new();
+    site.echo_plugin("alpha", "v1");
+    site.config("[context_engine]\nplugin = \"alpha\"\n");
+    let d = site.start(&["--token", "T"]);
+    let post = |hook: &str, body: Value| {
+        let r = authed(&d, "POST", &format!("/api/agents/a7/{hook}"), Some(&body.to_string()));
+        assert_eq!(r.status, 200, "{hook}: {}", r.body);
+        r.json()
+    };
+    // A first turn leaves a memory in the built-in store.
+    post("ingest", json!({"message": "I like jazz"}));
+    post("after_turn", json!({"messages": [{"role": "user", "content": "I like jazz records a lot"}]}));
+    // The second turn recalls it.
+    post("ingest", json!({"message": "what music do I like? jazz?"}));
+    let long: Vec<Value> = (0..40)
+        .map(|i| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": format!("message {i} {}", "word ".repeat(400))}))
+        .collect();
+    post("assemble", json!({"system_prompt": "be brief", "messages": long, "context_window_tokens": 4000}));
+    post("transform_tool_result", json!({"tool_name": "shell_exec", "content": "x".repeat(50_000)}));
+    post("after_turn", json!({"messages": [{"role": "user", "content": "what music do I like? jazz?"}]}));
+
+    let mut turns = Value::Null;
+    crate::util::within(10, "two turns logged", || {
+        let r = authed(&d, "GET", "/api/turns?agent=a7", None);
+        turns = r.json();
+        turns["turns"].as_array().is_some_and(|t| t.len() == 2 && t[0]["ended_ms"].is_u64())
+    });
+    assert_eq!(d.get("/api/turns?agent=a7").status, 401, "turns show memories: guarded");
+    let agents = d.get("/api/agents").json();
+    assert_eq!(agents["agents"][0]["agent_id"], "a7", "{agents}");
+    let turn = &turns["turns"][0];
+    assert_eq!(turn["message"], "what music do I like? jazz?");
+    let memories = turn["memories"].as_array().unwrap();
+    assert!(
+        memories.iter().any(|m| m["source"] == "default" && m["content"].as_str().unwrap().contains("jazz records")),
+        "{turn}"
+    );
+    assert!(memories.iter().any(|m| m["source"] == "alpha"), "{turn}");
+    let window = &turn["window"];
+    assert_eq!((window["messages_in"].as_u64(), window["window_tokens"].as_u64()), (Some(40), Some(4000)), "{window}");
+    assert!(window["tokens_in"].as_u64().unwrap() > window["tokens_out"].as_u64().unwrap(), "{window}");
+    assert!(!window["trimmed"].as_array().unwrap().is_empty(), "a 40-message history over 4000 tokens is trimmed");
+    assert_eq!(window["messages_out"].as_u64().unwrap() as usize, window["messages"].as_array().unwrap().len());
+    let tool = &turn["tool_results"][0];
+    assert_eq!(tool["tool_name"], "shell_exec");
+    assert!(tool["before"].as_str().unwrap().ends_with('…'), "cut to the log's bound");
+    let hooks = turn["hooks"].as_array().unwrap();
+    let who: Vec<(&str, &str)> =
+        hooks.iter().map(|h| (h["hook"].as_str().unwrap(), h["plugin"].as_str().unwrap())).collect();
+    assert!(who.contains(&("ingest", "alpha")) && who.contains(&("ingest", "default")), "{who:?}");
+    assert!(who.contains(&("assemble", "default")), "{who:?}");
+    assert!(hooks.iter().all(|h| h["elapsed_ms"].as_f64().unwrap() >= 0.0 && h["outcome"] == "success"), "{hooks:?}");
+    assert_eq!(turns["turns"][1]["message"], "I like jazz");
+    assert_eq!(authed(&d, "GET", "/api/turns", None).status, 400, "the agent is required");
+}
+
+/// The built-in memory can be searched and a memory deleted; a deleted
+/// memory is no longer recalled.
+#[test]
+fn memory_routes_search_and_delete() {
+    let site = Site::new();
+    site.config("");
+    let d = site.start(&["--token", "T"]);
+    let r = authed(
+        &d,
+        "POST",
+        "/api/agents/m1/after_turn",
+        Some(
+            &json!({"messages": [
+        {"role": "user", "content": "my cat is called Miso"},
+        {"role": "user", "content": "I grow tomatoes in the garden"}]})
+            .to_string(),
+        ),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(d.get("/api/memory/m1").status, 401);
+    let all = authed(&d, "GET", "/api/memory/m1", None).json();
+    assert_eq!(all["total"], 2, "{all}");
+    assert_eq!(all["memories"][0]["content"], "I grow tomatoes in the garden", "newest first: {all}");
+    let found = authed(&d, "GET", "/api/memory/m1?q=cat%20Miso", None).json();
+    let found = found["memories"].as_array().unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["source"], "default");
+    let id = found[0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(authed(&d, "GET", "/api/memory/other?q=cat", None).json()["memories"], json!([]), "per agent");
+    assert_eq!(authed(&d, "DELETE", &format!("/api/memory/other/{id}"), None).status, 404, "another agent's id");
+    let r = authed(&d, "DELETE", &format!("/api/memory/m1/{id}"), None);
+    assert_eq!((r.status, r.json()["deleted"].as_bool()), (200, Some(true)), "{}", r.body);
+    assert_eq!(authed(&d, "DELETE", &format!("/api/memory/m1/{id}"), None).status, 404);
+    let recalled =
+        authed(&d, "POST", "/api/agents/m1/ingest", Some("{\"message\":\"what is my cat called? Miso?\"}")).json();
+    assert!(!recalled.to_string().contains("Miso\""), "deleted, so not recalled: {recalled}");
+    assert_eq!(authed(&d, "GET", "/api/memory/m1", None).json()["total"], 1);
+}
+
+/// Health samples: the calls of an interval show in a sample with the
+/// breaker state; and `serve` prints the dashboard's address.
+#[test]
+fn health_series_samples_the_calls_and_serve_prints_the_dashboard_url() {
+    use std::io::BufRead;
+    let site = Site::new();
+    site.echo_plugin("alpha", "v1");
+    site.config("[context_engine]\nplugin = \"alpha\"\n");
+    let d = site.start(&[]);
+    for _ in 0..3 {
+        ingest(&d, "h1", "hello");
+    }
+    let mut v = Value::Null;
+    crate::util::within(15, "a sample with the 3 ingest calls", || {
+        v = d.get("/api/health/series?minutes=1").json();
+        v["series"].as_array().unwrap().iter().any(|s| {
+            s["plugin"] == "alpha"
+                && s["hook"] == "ingest"
+                && s["samples"].as_array().unwrap().iter().map(|x| x["calls"].as_u64().unwrap()).sum::<u64>() == 3
+        })
+    });
+    let s = v["series"].as_array().unwrap().iter().find(|s| s["plugin"] == "alpha" && s["hook"] == "ingest").unwrap();
+    assert_eq!(
+        (s["breaker"].as_str(), s["totals"]["calls"].as_u64(), s["worker_respawns"].as_u64()),
+        (Some("closed"), Some(3), Some(0)),
+        "{s}"
+    );
+    assert!(s["samples"][0]["p50_ms"].as_f64().unwrap() > 0.0, "{s}");
+    assert_eq!(v["interval_secs"], 5);
+    drop(d);
+
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("ctxhost"))
+        .arg("--home")
+        .arg(site.home())
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .env_remove("CTXHOST_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let listening = lines.next().unwrap().unwrap();
+    let dashboard = lines.next().unwrap().unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let addr = listening.strip_prefix("listening on http://").unwrap();
+    assert_eq!(dashboard, format!("dashboard: http://{addr}/"));
+}

@@ -24,6 +24,7 @@
 //! - `layers`: the module layers of `src/` only point down.
 //! - `docs_reference`: `docs/reference/*.md` against the code: hooks and their fields, manifest and config keys, routes.
 //! - `faustbot`: FaustBot plugins (plugin.json + impl.py) unmodified: the examples, every hook sync and async, deps, lifecycle.
+//! - `dashboard`: the dashboard page in headless Chromium against a real daemon: every view, the actions, what it shows.
 //! - `forkserver`: one-shot Python hooks through the per-plugin fork server: both paths agree, leftovers die, the sandbox holds.
 //! - `docs_examples`: every shell example of README.md and docs/ is run (marked runnable) or names the test that runs it.
 
@@ -37,6 +38,7 @@ mod attacks;
 mod catalog;
 mod cli;
 mod cluster;
+mod dashboard;
 mod docs_examples;
 mod docs_reference;
 mod env;

@@ -12,7 +12,11 @@
 //! between its claim and the settlement. A schedule runs where its lease
 //! (`schedule:<plugin>/<id>` in the store) is held: the holder renews it at
 //! each due time, the others try at theirs and take it over once it ran
-//! out. Heartbeats stay per instance (they are for this instance's workers).
+//! out, or at once when the holder shut down cleanly: [`Timers::release`]
+//! (the daemon's stop, on SIGTERM) drops the leases this clock holds, so
+//! another instance takes each schedule over at its next due time, within
+//! one period. Heartbeats stay per instance (they are for this instance's
+//! workers).
 //!
 //! A schedule never overlaps itself: while one run of `(plugin, id)` is in
 //! flight, its next due time is skipped, not queued. Schedules and
@@ -49,9 +53,20 @@ pub const SCHEDULE_LEASE_SLACK: Duration = Duration::from_secs(2);
 /// The default time between heartbeats (`heartbeat_secs`).
 pub const HEARTBEAT_SECS: f64 = 10.0;
 
-/// The running clock; dropping it stops it.
+/// The running clock; dropping it stops it (its leases run out in the
+/// store); [`Timers::release`] stops it and gives them back.
 pub struct Timers {
     task: tokio::task::JoinHandle<()>,
+    leases: Arc<Leases>,
+    store: Arc<dyn crate::host::store::Store>,
+}
+
+/// The schedule leases this clock holds, and whether it is stopping (then
+/// it takes none).
+#[derive(Default)]
+struct Leases {
+    held: Mutex<BTreeSet<String>>,
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for Timers {
@@ -65,7 +80,42 @@ impl Timers {
     /// tokio runtime.
     pub fn start(engine: &Arc<AgentEngine>, tick: Duration) -> Timers {
         let weak = Arc::downgrade(engine);
-        Timers { task: tokio::spawn(run(weak, tick)) }
+        let leases = Arc::new(Leases::default());
+        Timers { task: tokio::spawn(run(weak, tick, leases.clone())), leases, store: engine.shared().store().clone() }
+    }
+
+    /// Stops the clock and drops the schedule leases it holds, so other
+    /// instances take those schedules over at their next due time rather
+    /// than when the leases run out. A run under way finishes. Failures are
+    /// logged (the leases then run out as after a crash). Returns the names
+    /// of the leases given back.
+    pub async fn release(&self) -> Vec<String> {
+        self.leases.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.task.abort();
+        let names: Vec<String> =
+            std::mem::take(&mut *self.leases.held.lock().unwrap_or_else(|p| p.into_inner())).into_iter().collect();
+        if names.is_empty() {
+            return names;
+        }
+        let store = self.store.clone();
+        let holder = Owner::this_process();
+        let dropped = crate::host::store::off_runtime("lease_drop", move || {
+            let mut dropped = Vec::new();
+            for name in names {
+                if store.lease_drop(&name, holder.as_str())? {
+                    dropped.push(name);
+                }
+            }
+            Ok(dropped)
+        })
+        .await;
+        match dropped {
+            Ok(Ok(names)) => names,
+            Ok(Err(e)) | Err(e) => {
+                tracing::warn!("schedule leases not given back (they run out instead): {e}");
+                Vec::new()
+            }
+        }
     }
 }
 
@@ -76,7 +126,7 @@ struct Clock {
     running: Arc<Mutex<BTreeSet<(String, String)>>>,
 }
 
-async fn run(engine: Weak<AgentEngine>, tick: Duration) {
+async fn run(engine: Weak<AgentEngine>, tick: Duration, leases: Arc<Leases>) {
     let mut clock = Clock::default();
     let firing = Arc::new(tokio::sync::Semaphore::new(FIRING_AT_ONCE));
     let mut interval = tokio::time::interval(tick);
@@ -85,7 +135,7 @@ async fn run(engine: Weak<AgentEngine>, tick: Duration) {
         interval.tick().await;
         let Some(engine) = engine.upgrade() else { return };
         fire_due_triggers(&engine, &firing).await;
-        run_due_schedules(&engine, &mut clock);
+        run_due_schedules(&engine, &mut clock, &leases);
     }
 }
 
@@ -127,10 +177,11 @@ async fn fire_due_triggers(engine: &Arc<AgentEngine>, firing: &Arc<tokio::sync::
 /// then records the firing (unless the claim was lost: then another
 /// instance fires it too, which is logged).
 async fn fire_claimed(engine: &Arc<AgentEngine>, claimed: Claimed) {
-    let Claimed { id, trigger, step, until } = claimed;
+    let firing_id = claimed.firing_id();
+    let Claimed { id, trigger, step, until, .. } = claimed;
     let mut token = until;
     let renew_every = Duration::from_secs(TRIGGER_CLAIM_SECS / 3).max(Duration::from_secs(1));
-    let fire = engine.fire(trigger);
+    let fire = engine.fire(trigger, firing_id);
     tokio::pin!(fire);
     let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
     let mut held = true;
@@ -158,7 +209,7 @@ async fn fire_claimed(engine: &Arc<AgentEngine>, claimed: Claimed) {
     }
 }
 
-fn run_due_schedules(engine: &Arc<AgentEngine>, clock: &mut Clock) {
+fn run_due_schedules(engine: &Arc<AgentEngine>, clock: &mut Clock, leases: &Arc<Leases>) {
     let now = Instant::now();
     let mut live = BTreeSet::new();
     for plugin in engine.plugins().iter() {
@@ -183,7 +234,8 @@ fn run_due_schedules(engine: &Arc<AgentEngine>, clock: &mut Clock) {
                 continue;
             }
             clock.next.insert(key.clone(), due);
-            let (engine, plugin, running) = (engine.clone(), plugin.clone(), clock.running.clone());
+            let (engine, plugin, running, leases) =
+                (engine.clone(), plugin.clone(), clock.running.clone(), leases.clone());
             let lease = (hook == HookName::RunSchedule)
                 .then(|| (format!("schedule:{}/{id}", plugin.name), (due - now).saturating_add(SCHEDULE_LEASE_SLACK)));
             tokio::spawn(async move {
@@ -198,8 +250,30 @@ fn run_due_schedules(engine: &Arc<AgentEngine>, clock: &mut Clock) {
                     })
                     .await;
                     match took {
-                        Ok(Ok(true)) => {}
-                        Ok(Ok(false)) => return,
+                        Ok(Ok(true)) => {
+                            // Under the lock: `release` either finds it in the
+                            // set or this task sees it stopping.
+                            let stopping = {
+                                let mut held = leases.held.lock().unwrap_or_else(|p| p.into_inner());
+                                let stopping = leases.stopping.load(std::sync::atomic::Ordering::SeqCst);
+                                if !stopping {
+                                    held.insert(name.clone());
+                                }
+                                stopping
+                            };
+                            if stopping {
+                                let (store, holder) = (engine.shared().store().clone(), Owner::this_process());
+                                let _ = crate::host::store::off_runtime("lease_drop", move || {
+                                    store.lease_drop(&name, holder.as_str())
+                                })
+                                .await;
+                                return;
+                            }
+                        }
+                        Ok(Ok(false)) => {
+                            leases.held.lock().unwrap_or_else(|p| p.into_inner()).remove(&name);
+                            return;
+                        }
                         Ok(Err(e)) | Err(e) => {
                             tracing::warn!(plugin = %plugin.name, "schedule `{id}` skipped: its lease `{name}`: {e}");
                             return;

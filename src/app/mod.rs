@@ -12,6 +12,7 @@ pub mod agent_loop;
 pub mod catalog;
 pub mod doctor;
 pub mod follow;
+pub mod grant;
 pub mod install;
 pub mod registry;
 pub mod stack;

@@ -146,12 +146,18 @@ fn init_logging(verbose: u8, plugin_stderr: bool, daemon: bool) {
         }),
     };
     use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let printer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .without_time()
-        .init();
+        .with_filter(filter);
+    // The daemon also keeps plugin output for `GET /api/logs`, whatever
+    // the printer shows.
+    let capture = daemon.then(crate::server::capture_layer);
+    tracing_subscriber::registry().with(printer).with(capture).init();
 }
 
 /// Shows load warnings (bad but usable manifest keys, config, …).

@@ -406,43 +406,38 @@ fn enable(name: &str, on: bool, home: &Home, out: &mut impl Write) -> Outcome {
 
 fn grant(args: &GrantArgs, home: &Home, out: &mut impl Write) -> Outcome {
     let name = args.name.as_str();
-    let dir = registry::plugin_dir(home, name)?;
-    let mut requested = if crate::faust::is_faust_plugin(&dir) {
-        // plugin.json asks for no privileges: the grant is the operator's alone.
-        grants::get(home, name)?.unwrap_or_default()
-    } else {
-        let lookup = |v: &str| std::env::var(v).ok();
-        let loaded = crate::manifest::Manifest::load_with_env(&dir, &lookup)?;
-        grants::Grant::requested(&loaded.manifest.settings)
+    let change = crate::app::grant::GrantChange {
+        network: args.network,
+        filesystem: args.filesystem,
+        add_env: args.env.clone(),
+        revoke_env: args.revoke_env.clone(),
+        source_builds: if args.no_source_builds {
+            Some(false)
+        } else if args.source_builds {
+            Some(true)
+        } else {
+            None
+        },
+        dry_run: false,
     };
-    requested.allow_network |= args.network;
-    requested.allow_filesystem |= args.filesystem;
-    if let Some(bad) = args.env.iter().find(|v| !crate::manifest::valid_env_name(v)) {
-        return Err(format!("--env {bad:?}: not a valid environment variable name (empty, or holds `=` or NUL)").into());
-    }
-    // Variables are the operator's alone: kept from the grant in force.
-    let mut env: std::collections::BTreeSet<String> =
-        grants::get(home, name)?.map(|g| g.env).unwrap_or_default().into_iter().collect();
-    env.extend(args.env.iter().cloned());
-    env.retain(|v| !args.revoke_env.contains(v));
-    requested.env = env.into_iter().collect();
-    // The operator's alone: kept from the recorded grant unless changed here.
-    let recorded = grants::get(home, name)?.is_some_and(|g| g.source_builds);
-    requested.source_builds = (recorded || args.source_builds) && !args.no_source_builds;
-    let before = grants::set(home, name, requested.clone())?;
-    let changes = before.as_ref().map(|b| requested.changes_from(b)).unwrap_or_default();
-    match &before {
-        Some(_) if changes.is_empty() => {
-            writeln!(out, "The grant of {name} is unchanged: {}", requested.summary())?;
+    let done = crate::app::grant::grant(home, name, &change).map_err(|e| match e {
+        crate::app::grant::GrantError::BadEnv(bad) => {
+            format!("--env {bad:?}: not a valid environment variable name (empty, or holds `=` or NUL)").into()
+        }
+        e => Box::<dyn std::error::Error>::from(e),
+    })?;
+    match &done.before {
+        Some(_) if done.changes.is_empty() => {
+            writeln!(out, "The grant of {name} is unchanged: {}", done.summary)?;
         }
         Some(_) => {
-            writeln!(out, "Updated the grant of {name} in {}:", grants::location(home))?;
-            for change in &changes {
+            writeln!(out, "Updated the grant of {name} in {}:", done.location)?;
+            for change in &done.changes {
                 writeln!(out, "  {change}")?;
             }
         }
         None => {
-            writeln!(out, "Recorded the grant of {name} in {}: {}", grants::location(home), requested.summary())?;
+            writeln!(out, "Recorded the grant of {name} in {}: {}", done.location, done.summary)?;
         }
     }
     Ok(())

@@ -19,7 +19,8 @@ const DEFAULT_ADDR: &str = "127.0.0.1:4545";
 /// Loads config.toml and the plugin stack, runs bootstrap, then serves until
 /// SIGINT/SIGTERM (after_turn calls under way get up to 30 s to finish; journaled
 /// ones not started yet run at the next start).
-/// Prints `listening on http://ADDR` on stdout once ready.
+/// Prints `listening on http://ADDR` on stdout once ready, then the
+/// dashboard's address (`dashboard: http://ADDR/`).
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Routes:
@@ -30,6 +31,7 @@ Routes:
   POST /api/plugins/{name}/reload        reload one plugin (in-flight calls finish on the old one)
   POST /api/plugins/{name}/test-hook     {\"hook\",\"input\"}: run one hook of one plugin
   GET  /api/context-engine/metrics       per-hook counters (204 without plugins)
+  GET  /api/health/series, /api/logs, /api/turns, /api/memory/{agent}   what the dashboard shows
   GET  /metrics, GET /healthz
 POST routes and doctor need `Authorization: Bearer <token>` when a token is set.
 Every route, its body and answers: docs/reference/routes.md in the ctxhost repository.
@@ -107,6 +109,7 @@ pub fn exec(args: ServeArgs, home: &Home) -> CliResult {
         let bound = server.local_addr()?;
         let mut out = std::io::stdout().lock();
         writeln!(out, "listening on http://{bound}")?;
+        writeln!(out, "dashboard: http://{bound}/")?;
         out.flush()?;
         drop(out);
         server

@@ -333,7 +333,7 @@ impl ContextEngine for StackEngine {
 
     fn ingest<'a>(&'a self, request: &'a IngestRequest) -> BoxFuture<'a, Result<Vec<Recalled>, EngineError>> {
         Box::pin(async move {
-            let mut recalled = self.default.ingest(request).await?;
+            let mut recalled = timed_default(HookName::Ingest, self.default.ingest(request)).await?;
             if self.settings.stable_prefix_mode {
                 return Ok(super::recall::dedup(recalled));
             }
@@ -389,7 +389,7 @@ impl ContextEngine for StackEngine {
                     Err(f) => Self::handle(f)?,
                 }
             }
-            self.default.assemble(request).await
+            timed_default(HookName::Assemble, self.default.assemble(request)).await
         })
     }
 
@@ -430,7 +430,7 @@ impl ContextEngine for StackEngine {
                     Err(f) => Self::handle(f)?,
                 }
             }
-            self.default.compact(request).await
+            timed_default(HookName::Compact, self.default.compact(request)).await
         })
     }
 
@@ -482,7 +482,7 @@ impl ContextEngine for StackEngine {
                     Err(f) => Self::handle(f)?,
                 }
             }
-            self.default.transform_tool_result(request).await
+            timed_default(HookName::TransformToolResult, self.default.transform_tool_result(request)).await
         })
     }
 
@@ -611,6 +611,19 @@ impl StackEngine {
         }
         Ok(())
     }
+}
+
+/// The built-in engine's part in a request, noted in the request's trace
+/// (`metrics::traced`) as plugin `default`; not counted in the metrics.
+async fn timed_default<T>(
+    hook: HookName,
+    f: impl std::future::Future<Output = Result<T, EngineError>>,
+) -> Result<T, EngineError> {
+    let start = std::time::Instant::now();
+    let out = f.await;
+    let outcome = if out.is_ok() { crate::metrics::CallOutcome::Success } else { crate::metrics::CallOutcome::Failure };
+    crate::metrics::note("default", hook, start.elapsed(), outcome);
+    out
 }
 
 /// Runs futures concurrently on the current task and returns their outputs in order.

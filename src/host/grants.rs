@@ -235,6 +235,30 @@ pub fn get(home: &Home, name: &str) -> Result<Option<Grant>, StoreError> {
     get_in(&records(home)?, name)
 }
 
+/// The recorded grants of `names` (those that have one), read at once: one
+/// read of `grants.toml`, or one store lookup each.
+///
+/// # Errors
+/// `grants.toml` exists but cannot be read, or the store failed.
+pub fn get_many(home: &Home, names: &[&str]) -> Result<BTreeMap<String, Grant>, StoreError> {
+    let records = records(home)?;
+    match &records {
+        Records::File(path) => {
+            let mut file = store::read::<GrantsFile>(path)?;
+            Ok(names.iter().filter_map(|n| file.plugins.remove(*n).map(|g| ((*n).to_owned(), g))).collect())
+        }
+        Records::Store { .. } => {
+            let mut out = BTreeMap::new();
+            for name in names {
+                if let Some(g) = get_in(&records, name)? {
+                    out.insert((*name).to_owned(), g);
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
 fn get_in(records: &Records, name: &str) -> Result<Option<Grant>, StoreError> {
     match records {
         Records::File(path) => Ok(store::read::<GrantsFile>(path)?.plugins.remove(name)),

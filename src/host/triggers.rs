@@ -103,6 +103,26 @@ pub struct Claimed {
     pub step: DueStep,
     /// The claim's token: the wake time the claim set (its end).
     pub until: u64,
+    /// When this firing was due (unix seconds): the datetime trigger's
+    /// target, or the interval trigger's last firing (or creation) plus its
+    /// interval. A function of the stored trigger, which changes only when
+    /// a firing is settled: a firing claimed again after its claimer died
+    /// has the same due time.
+    pub due: u64,
+}
+
+impl Claimed {
+    /// The firing's stable id, `<trigger id>@<due unix secs>`: the same for
+    /// every delivery of one firing (one re-fired after its claimer died
+    /// too), so a receiver can deduplicate.
+    pub fn firing_id(&self) -> String {
+        firing_id(&self.id, self.due)
+    }
+}
+
+/// `<trigger id>@<due unix secs>`.
+pub fn firing_id(id: &str, due: u64) -> String {
+    format!("{id}@{due}")
 }
 
 /// What [`Triggers::claim_due`] found.
@@ -193,6 +213,17 @@ fn wake_at(t: &Map<String, Value>, created: u64, fired: Option<u64>) -> Option<u
         _ => None,
     };
     expiry.into_iter().chain(firing).min()
+}
+
+/// When the trigger's next firing is (was) due: the firing part of
+/// [`wake_at`], without the expiry; `now` for a trigger with none.
+fn due_at(t: &Map<String, Value>, created: u64, fired: Option<u64>, now: u64) -> u64 {
+    match t.get("type").and_then(Value::as_str) {
+        Some("datetime") => t.get("target").and_then(target_secs),
+        Some("interval") => num(t, "interval_seconds").map(|every| ceil_secs(fired.unwrap_or(created) as f64 + every)),
+        _ => None,
+    }
+    .unwrap_or(now)
 }
 
 /// What the clock does at `now` with a trigger that woke.
@@ -357,7 +388,8 @@ impl Triggers {
                 DueStep::Expire => due.expired.push(record.id),
                 DueStep::Claim { until } => {
                     let step = step(&record, now);
-                    due.fire.push(Claimed { id: record.id, trigger: record.trigger, step, until });
+                    let at = due_at(&record.trigger, record.created, record.fired, now);
+                    due.fire.push(Claimed { id: record.id, trigger: record.trigger, step, until, due: at });
                 }
                 _ => {}
             }
@@ -523,7 +555,13 @@ mod tests {
         assert_eq!(d.fire.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["every", "once"], "two at most");
         assert_eq!(d.fire[1].step, DueStep::FireOnce);
         assert_eq!(d.fire[0].step, DueStep::Fire { fired: 110, wake: Some(120) });
-        assert_eq!(t.claim_due(111, 141, 10).unwrap().fire.iter().map(|c| c.id.clone()).collect::<Vec<_>>(), ["third"]);
+        assert_eq!(
+            d.fire.iter().map(Claimed::firing_id).collect::<Vec<_>>(),
+            ["every@110", "once@110"],
+            "each firing named by its due time"
+        );
+        let third = t.claim_due(111, 141, 10).unwrap();
+        assert_eq!(third.fire.iter().map(|c| c.id.clone()).collect::<Vec<_>>(), ["third"]);
         assert!(t.claim_due(139, 169, 10).unwrap().fire.is_empty(), "claimed: not due again before the claim's end");
         assert!(t.get("once").unwrap().is_some(), "not gone before it fired");
 
@@ -533,15 +571,16 @@ mod tests {
         assert!(t.settle("every", 140, DueStep::Claim { until: 150 }).unwrap(), "renewed");
         assert!(!t.settle("every", 140, d.fire[0].step).unwrap(), "the old token lost its claim");
         assert!(t.settle("every", 150, d.fire[0].step).unwrap());
-        assert_eq!(
-            ids(&t.claim_due(120, 150, 10).unwrap().fire.into_iter().map(|c| c.trigger).collect::<Vec<_>>()),
-            ["every"]
-        );
+        let next = t.claim_due(120, 150, 10).unwrap();
+        assert_eq!(ids(&next.fire.iter().map(|c| c.trigger.clone()).collect::<Vec<_>>()), ["every"]);
+        assert_eq!(next.fire[0].firing_id(), "every@120", "the next firing, the next id");
 
         // `third`'s claimer died: due again at 141, claimed anew, and the
         // dead claim's settlement changes nothing.
         let again = t.claim_due(141, 171, 10).unwrap();
         assert_eq!(again.fire.iter().map(|c| (c.id.as_str(), c.until)).collect::<Vec<_>>(), [("third", 171)]);
+        assert_eq!(again.fire[0].firing_id(), third.fire[0].firing_id(), "the re-firing has its first try's id");
+        assert_eq!(again.fire[0].firing_id(), "third@110");
         assert!(!t.settle("third", 141, DueStep::FireOnce).unwrap());
         assert!(t.get("third").unwrap().is_some());
         assert!(t.settle("third", 171, DueStep::FireOnce).unwrap());

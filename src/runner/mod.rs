@@ -22,6 +22,16 @@ pub struct CallOptions {
     pub timeout_secs: Option<u64>,
 }
 
+/// The confinement in force for a plugin's calls, as the plugin list shows
+/// it: the layers that apply (`landlock`, `network_namespace`,
+/// `pid_namespace`, `seccomp`, `uid`, `cgroup`, `rlimit` for processes;
+/// `fuel`, `deadline`, `memory` for wasm) and their limits.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SandboxFacts {
+    pub layers: Vec<&'static str>,
+    pub limits: std::collections::BTreeMap<&'static str, u64>,
+}
+
 /// Executes hook calls for one plugin.
 pub trait Runner: Send + Sync {
     /// Runs `request` (its `hook()` says which script) and returns the reply.
@@ -70,5 +80,10 @@ pub trait Runner: Send + Sync {
     fn set_env_overrides(&self, overrides: std::collections::BTreeMap<String, String>) -> Vec<String> {
         let _ = overrides;
         Vec::new()
+    }
+
+    /// The confinement its calls run under (none unless the runner says).
+    fn sandbox(&self) -> SandboxFacts {
+        SandboxFacts::default()
     }
 }

@@ -197,17 +197,50 @@ pub(crate) struct VfsQuery {
     path: Option<String>,
 }
 
-/// `GET /api/vfs?path=/a/b` → `{"path","content"}` (symbolic nodes computed
-/// by their plugin), `{"path","children"}`, or 404.
+/// At most this many entries of a directory are described (`entries`); the
+/// names are all in `children`.
+const VFS_ENTRIES: usize = 1000;
+
+/// `GET /api/vfs?path=/a/b` → `{"path","content"}` (a symbolic node computed
+/// by its plugin, marked `"symbolic":true,"owner"`), `{"path","children",
+/// "entries"}` (each child's `kind`: `dir`, `file` or `symbolic` with its
+/// `owner`), or 404.
 pub(crate) async fn vfs(State(state): State<Arc<AppState>>, Query(q): Query<VfsQuery>) -> JsonReply {
     let path = crate::host::vfs::normalize(q.path.as_deref().unwrap_or("/"));
-    match state.agent.shared().read_vfs(&path, None).await {
-        Ok(Some(Read::Text(content))) => JsonReply::ok(json!({"path": path, "content": content})),
-        Ok(Some(Read::Directory(children))) => JsonReply::ok(json!({"path": path, "children": children})),
-        Ok(Some(Read::Symbolic { .. })) | Ok(Some(Read::Missing)) | Ok(None) => {
-            JsonReply::error(StatusCode::NOT_FOUND, format!("nothing at {path}"))
+    let at = path.clone();
+    let stored = state
+        .agent
+        .shared()
+        .vfs_off(move |vfs| {
+            let read = vfs.read(&at)?;
+            let mut entries = Vec::new();
+            if let Read::Directory(children) = &read {
+                for name in children.iter().take(VFS_ENTRIES) {
+                    let child = if at == "/" { format!("/{name}") } else { format!("{at}/{name}") };
+                    entries.push(match vfs.read(&child)? {
+                        Read::Text(_) => json!({"name": name, "kind": "file"}),
+                        Read::Symbolic { owner, .. } => json!({"name": name, "kind": "symbolic", "owner": owner}),
+                        Read::Directory(_) | Read::Missing => json!({"name": name, "kind": "dir"}),
+                    });
+                }
+            }
+            Ok((read, entries))
+        })
+        .await;
+    match stored {
+        Ok((Read::Text(content), _)) => JsonReply::ok(json!({"path": path, "content": content})),
+        Ok((Read::Directory(children), entries)) => {
+            JsonReply::ok(json!({"path": path, "children": children, "entries": entries}))
         }
-        Err(e) => JsonReply::error(StatusCode::BAD_GATEWAY, e.message),
+        Ok((Read::Symbolic { owner, .. }, _)) => match state.agent.shared().read_vfs(&path, None).await {
+            Ok(Some(Read::Text(content))) => {
+                JsonReply::ok(json!({"path": path, "content": content, "symbolic": true, "owner": owner}))
+            }
+            Ok(_) => JsonReply::error(StatusCode::NOT_FOUND, format!("nothing at {path}")),
+            Err(e) => JsonReply::error(StatusCode::BAD_GATEWAY, e.message),
+        },
+        Ok((Read::Missing, _)) => JsonReply::error(StatusCode::NOT_FOUND, format!("nothing at {path}")),
+        Err(e) => JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 

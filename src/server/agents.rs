@@ -81,8 +81,17 @@ pub(crate) async fn call(
         Ok(r) => r,
         Err(e) => return JsonReply::bad_request(e.to_string()),
     };
-    match run(&state, request, compact_without_pressure).await {
-        Ok(reply) => JsonReply::ok(reply),
+    // The turn log's copy of the request, only when the recorder has room.
+    let slot = state.turns.slot();
+    let logged = slot.as_ref().map(|_| request.clone());
+    let (result, calls) = crate::metrics::traced(run(&state, request, compact_without_pressure)).await;
+    match result {
+        Ok(reply) => {
+            if let (Some(slot), Some(request)) = (slot, logged) {
+                slot.send(super::turns::TurnEvent { agent: agent_id, request, reply: reply.clone(), calls });
+            }
+            JsonReply::ok(reply)
+        }
         Err(e) => engine_failure(e),
     }
 }

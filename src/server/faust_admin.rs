@@ -78,23 +78,15 @@ pub(crate) async fn disable(state: State<Arc<AppState>>, id: Path<String>) -> Js
 }
 
 async fn set_enabled(State(state): State<Arc<AppState>>, Path(id): Path<String>, enabled: bool) -> JsonReply {
-    if super::reload::plugin_dir(&state, &id).is_err() {
-        return JsonReply::detail(StatusCode::NOT_FOUND, format!("Plugin not found: {id}"));
-    }
-    let (home, name) = (state.home.clone(), id.clone());
-    let recorded = crate::host::store::off_runtime("set_plugin_choice", move || {
-        crate::host::state::set_enabled(&home, &name, enabled)
-    })
-    .await;
-    match recorded {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => return JsonReply::detail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-        Err(e) => return JsonReply::detail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
-    match super::reload::reload(&state, &id).await {
-        Ok(done) => JsonReply::ok(json!({"status": "ok", "plugin_id": id, "enabled": enabled, "active": done.active})),
+    use super::plugin_admin::Switched;
+    match super::plugin_admin::set_enabled(&state, &id, enabled).await {
+        Switched::Done { active } => {
+            JsonReply::ok(json!({"status": "ok", "plugin_id": id, "enabled": enabled, "active": active}))
+        }
+        Switched::NotFound(_) => JsonReply::detail(StatusCode::NOT_FOUND, format!("Plugin not found: {id}")),
+        Switched::Failed(e) => JsonReply::detail(StatusCode::INTERNAL_SERVER_ERROR, e),
         // The choice is kept; the plugin could not start (its error says why).
-        Err(e) => JsonReply::with_status(
+        Switched::NotStarted(e) => JsonReply::with_status(
             StatusCode::BAD_REQUEST,
             json!({"status": "error", "plugin_id": id, "enabled": enabled, "detail": e.to_string()}),
         ),

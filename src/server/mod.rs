@@ -9,7 +9,9 @@
 //!   runs is listed, test-hookable and reloadable at once ([`plugins`]);
 //! - the agent API, `POST /api/agents/{agent_id}/{hook}`, answering what the
 //!   engine decided after stack merging and fallbacks ([`agents`]);
-//! - `GET /metrics` (Prometheus text, [`prometheus`]) and `GET /healthz`.
+//! - `GET /metrics` (Prometheus text, [`prometheus`]) and `GET /healthz`;
+//! - the dashboard, `GET /` and its embedded files ([`dashboard`]), which
+//!   reads all it shows from the routes above.
 //!
 //! Every request is logged in one line ([`access`]); a path no route has is a
 //! 404 naming the nearest route ([`route_table`] is the one list the router
@@ -33,12 +35,18 @@ mod agents;
 mod auth;
 mod body;
 mod conn;
+mod dashboard;
 mod faust_admin;
 mod feed;
+mod health;
 mod limits;
+mod logs;
+mod memory;
+mod plugin_admin;
 mod plugins;
 mod prometheus;
 mod reload;
+mod turns;
 mod watch;
 
 use std::net::SocketAddr;
@@ -46,7 +54,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::{MethodRouter, get, patch, post};
+use axum::routing::{MethodRouter, delete, get, patch, post, put};
 
 use crate::app::catalog::{Catalog, Options};
 use crate::config::HostConfig;
@@ -58,6 +66,7 @@ use crate::protocol::BootstrapRequest;
 
 pub use access::TARGET as LOG_TARGET;
 pub use auth::AddressPolicyError;
+pub use logs::capture_layer;
 
 /// How long shutdown waits for pending `after_turn` calls.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -114,6 +123,12 @@ pub(crate) struct AppState {
     /// The store's change feed (PostgreSQL): what this instance tells the
     /// others beyond what its store writes announce (a reload).
     feed: Option<Arc<dyn crate::host::store::feed::Feed>>,
+    /// The metrics over time (`GET /api/health/series`).
+    health: Arc<health::Health>,
+    /// Each agent's recent turns (`GET /api/turns`).
+    turns: Arc<turns::TurnLog>,
+    /// Set once when the daemon stops: long-lived answers (the log stream) end.
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl AppState {
@@ -178,6 +193,13 @@ impl Server {
     /// The watcher could not start, or the listener failed.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
         let _watcher = self.watcher;
+        // Long-lived answers (the log stream) end as the shutdown begins, so
+        // the graceful wait is only for requests under way.
+        let state = self.routes.state.clone();
+        let shutdown = async move {
+            shutdown.await;
+            state.stopping.send_replace(true);
+        };
         conn::serve(self.listener, self.routes.router(), &self.routes.state.config.server, shutdown).await;
         self.routes.stop().await;
         tracing::info!(target: LOG_TARGET, "stopped");
@@ -194,6 +216,19 @@ pub struct Routes {
     timers: crate::agent::timers::Timers,
     /// Applies what other instances on the store changed (PostgreSQL).
     follower: Option<crate::app::follow::Follower>,
+    /// The health sampler and the turn recorder.
+    tasks: Tasks,
+}
+
+/// Background tasks of the routes, stopped when dropped.
+struct Tasks(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
 }
 
 impl Routes {
@@ -256,7 +291,14 @@ impl Routes {
         };
         engine.attach_journal(journal);
         let timers = crate::agent::timers::Timers::start(&agent, crate::agent::timers::TICK);
+        let health = Arc::new(health::Health::default());
+        let sampler = health::start(engine.metrics().clone(), health.clone());
+        let (turns, recorder) =
+            turns::TurnLog::start(engine.default_engine().clone(), config.context_engine.context_window_tokens);
         let state = Arc::new(AppState {
+            health,
+            turns,
+            stopping: tokio::sync::watch::Sender::new(false),
             limits: limits::RequestLimits::new(&config.server),
             home,
             config,
@@ -268,7 +310,7 @@ impl Routes {
             feed: feed.as_ref().map(|(f, _)| f.clone()),
         });
         let follower = feed.map(|(f, seen)| feed::follow(&state, f, seen));
-        Ok(Routes { state, timers, follower })
+        Ok(Routes { state, timers, follower, tasks: Tasks(vec![sampler, recorder]) })
     }
 
     /// Every route of the daemon, over these engines.
@@ -280,6 +322,8 @@ impl Routes {
     /// for the next start), waits (bounded) for the `after_turn` calls under
     /// way, stops the timers, then the plugins' persistent workers.
     pub async fn stop(self) {
+        self.state.stopping.send_replace(true);
+        drop(self.tasks);
         drop(self.follower);
         self.state.engine.close_journal();
         if tokio::time::timeout(SETTLE_TIMEOUT, self.state.engine.settle()).await.is_err() {
@@ -287,6 +331,11 @@ impl Routes {
                 "shutdown: after_turn calls still pending after {}s were abandoned",
                 SETTLE_TIMEOUT.as_secs()
             );
+        }
+        // Schedule leases given back: another instance takes them over now.
+        let given = self.timers.release().await;
+        if !given.is_empty() {
+            tracing::info!(target: LOG_TARGET, "schedule leases given back for other instances: {}", given.join(", "));
         }
         drop(self.timers);
         // Persistent workers stop gracefully (stdin closed, then killed).
@@ -340,9 +389,17 @@ fn route_table() -> RouteTable {
         .route("/faust/plugins/{id}/frontend/{*path}", get(agent_loop::frontend), Guard::Open)
         .route("/metrics", get(prometheus::metrics), Guard::Open)
         .route("/healthz", get(healthz), Guard::Open)
+        .route("/api/health/series", get(health::series), Guard::Open)
+        .route("/api/agents", get(turns::agents), Guard::Open)
+        // The dashboard: fixed files that carry no data (the page reads the API).
+        .route("/", get(dashboard::index), Guard::Open)
+        .route("/dashboard/{*path}", get(dashboard::asset), Guard::Open)
         .route("/api/plugins/scaffold", post(plugins::scaffold), Guard::Token)
         .route("/api/plugins/{name}/reload", post(plugins::reload), Guard::Token)
         .route("/api/plugins/{name}/test-hook", post(plugins::test_hook), Guard::Token)
+        .route("/api/plugins/{name}/enable", post(plugin_admin::enable), Guard::Token)
+        .route("/api/plugins/{name}/disable", post(plugin_admin::disable), Guard::Token)
+        .route("/api/plugins/{name}/grants", put(plugin_admin::put_grants), Guard::Token)
         .route("/api/agents/{agent_id}/{hook}", post(agents::call), Guard::Token)
         .route("/api/agents/{agent_id}/messages", post(agent_loop::message), Guard::Token)
         .route("/api/agents/{agent_id}/tools/{name}", post(agent_loop::call_tool), Guard::Token)
@@ -358,6 +415,12 @@ fn route_table() -> RouteTable {
         .route("/faust/plugins/{id}/communicate", post(agent_loop::communicate), Guard::Token)
         .route("/faust/admin/plugins/{id}/enable", post(faust_admin::enable), Guard::Token)
         .route("/faust/admin/plugins/{id}/disable", post(faust_admin::disable), Guard::Token)
+        // Plugin output, turns (recalled memories) and the memory itself.
+        .route("/api/logs", get(logs::poll), Guard::Token)
+        .route("/api/logs/stream", get(logs::stream), Guard::Token)
+        .route("/api/turns", get(turns::turns), Guard::Token)
+        .route("/api/memory/{agent}", get(memory::search), Guard::Token)
+        .route("/api/memory/{agent}/{id}", delete(memory::delete), Guard::Token)
         // Starts processes (runtime probes) and loads every plugin.
         .route("/api/plugins/doctor", get(plugins::doctor), Guard::Token)
 }

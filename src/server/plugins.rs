@@ -20,11 +20,39 @@ use crate::runner::{CallOptions, Runner};
 
 /// `GET /api/plugins`: the catalog's status of every plugin of the plugins
 /// dir (`[{"name","version","runtime","hooks","enabled","error"?,"state",…}]`):
-/// what the daemon runs, and a plugin that appeared since, loaded at a glance.
+/// what the daemon runs, and a plugin that appeared since, loaded at a glance;
+/// with what the operator sees of each: its agent-loop `priority`, its
+/// recorded `grants` and the `sandbox` its calls run under (`null` for a
+/// plugin not loaded).
 pub(crate) async fn list(State(state): State<Arc<AppState>>) -> JsonReply {
     let reader = state.clone();
-    match tokio::task::spawn_blocking(move || reader.catalog.current(&reader.load_context())).await {
-        Ok(list) => JsonReply::ok(serde_json::to_value(list).unwrap_or(Value::Array(Vec::new()))),
+    let listed = tokio::task::spawn_blocking(move || {
+        let entries = reader.catalog.entries();
+        let statuses = reader.catalog.current(&reader.load_context());
+        let names: Vec<&str> = statuses.iter().map(|s| s.name.as_str()).collect();
+        let mut grants = crate::host::grants::get_many(&reader.home, &names).unwrap_or_else(|e| {
+            tracing::warn!("GET /api/plugins: the grants could not be read: {e}");
+            Default::default()
+        });
+        let list: Vec<Value> = statuses
+            .into_iter()
+            .map(|status| {
+                let loaded = entries.get(&status.name).and_then(|e| e.plugin.clone());
+                let grants = grants.remove(&status.name);
+                let mut item = serde_json::to_value(&status).unwrap_or_else(|_| json!({}));
+                item["priority"] = json!(loaded.as_ref().and_then(|p| match &p.faust {
+                    Some(f) => Some(f.priority),
+                    None => p.agent.priority,
+                }));
+                item["grants"] = grants.as_ref().map_or(Value::Null, super::plugin_admin::grant_json);
+                item["sandbox"] = loaded.map_or(Value::Null, |p| json!(p.runner.sandbox()));
+                item
+            })
+            .collect();
+        list
+    });
+    match listed.await {
+        Ok(list) => JsonReply::ok(Value::Array(list)),
         Err(e) => JsonReply::error(StatusCode::INTERNAL_SERVER_ERROR, format!("listing plugins failed: {e}")),
     }
 }

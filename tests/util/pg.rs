@@ -42,6 +42,7 @@ const NOBODY: u32 = 65534;
 const PREFIX: &str = "ctxhost-pg-";
 
 /// The running cluster.
+#[derive(Debug)]
 pub struct Cluster {
     /// `<tmp>/ctxhost-pg-<pid>-<random>`: data dir, log, socket.
     pub dir: PathBuf,
@@ -51,11 +52,26 @@ pub struct Cluster {
     pub bin: PathBuf,
     /// The postmaster's pid.
     pub pid: i32,
+    /// Its port (the socket's name; TCP too when it has [`Cluster::tls`]).
+    pub port: u16,
+    /// The certificates of a cluster with TLS on a loopback port.
+    pub tls: Option<TlsFiles>,
+}
+
+/// A TLS cluster's certificates (PEM files in `<dir>/tls/`).
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// The authority that signed the server's certificate.
+    pub ca: PathBuf,
+    /// Another authority, which signed nothing of the server's.
+    pub other_ca: PathBuf,
 }
 
 /// One fresh database of the cluster.
 #[derive(Debug, Clone)]
 pub struct Database {
+    /// The cluster it is in.
+    pub cluster: &'static Cluster,
     /// Its name (`t<n>`).
     pub name: String,
     /// `postgres://postgres@/<name>?host=<socket dir>`: the superuser, no password.
@@ -63,20 +79,39 @@ pub struct Database {
 }
 
 static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
+static TLS_CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
+/// The exit handler is registered once, for both clusters.
+static AT_EXIT: std::sync::Once = std::sync::Once::new();
 static NEXT_DB: AtomicU32 = AtomicU32::new(0);
-/// The postmaster's pid once started (read by the exit handler).
-static POSTMASTER: AtomicI32 = AtomicI32::new(0);
-/// Set when the thread waiting for the postmaster saw it exit.
-static REAPED: AtomicBool = AtomicBool::new(false);
+/// The postmasters' pids once started (read by the exit handler): the plain
+/// cluster's and the TLS cluster's.
+static POSTMASTER: [AtomicI32; 2] = [AtomicI32::new(0), AtomicI32::new(0)];
+/// Set when the thread waiting for a postmaster saw it exit.
+static REAPED: [AtomicBool; 2] = [AtomicBool::new(false), AtomicBool::new(false)];
 
 /// The cluster of this test process, started at the first call.
 ///
 /// # Panics
 /// No cluster can be started: the message says why and what to install.
 pub fn cluster() -> &'static Cluster {
-    match CLUSTER.get_or_init(start) {
+    match CLUSTER.get_or_init(|| start(false)) {
         Ok(c) => c,
         Err(e) => panic!("no PostgreSQL cluster for the tests: {e}"),
+    }
+}
+
+/// The TLS cluster of this test process, started at the first call: `ssl =
+/// on` with a certificate for `localhost` and `127.0.0.1` signed by a test
+/// authority ([`TlsFiles`], made with the `openssl` command), listening on
+/// a free loopback port; its `pg_hba.conf` accepts TCP connections with TLS
+/// only (`hostssl`, a password), and the superuser on the socket.
+///
+/// # Panics
+/// No cluster can be started, or no `openssl` command.
+pub fn tls_cluster() -> &'static Cluster {
+    match TLS_CLUSTER.get_or_init(|| start(true)) {
+        Ok(c) => c,
+        Err(e) => panic!("no PostgreSQL cluster with TLS for the tests: {e}"),
     }
 }
 
@@ -85,18 +120,26 @@ pub fn cluster() -> &'static Cluster {
 /// # Panics
 /// No cluster (see [`cluster`]), or the database cannot be created.
 pub fn database() -> Database {
-    let c = cluster();
+    database_in(cluster())
+}
+
+/// A fresh, empty database in this process's TLS cluster ([`tls_cluster`]).
+pub fn tls_database() -> Database {
+    database_in(tls_cluster())
+}
+
+fn database_in(c: &'static Cluster) -> Database {
     let name = format!("t{}", NEXT_DB.fetch_add(1, Ordering::Relaxed));
     c.execute("postgres", &format!("CREATE DATABASE {name}"))
         .unwrap_or_else(|e| panic!("cannot create database {name}: {e}"));
-    Database { url: c.url_for("postgres", None, &name), name }
+    Database { cluster: c, url: c.url_for("postgres", None, &name), name }
 }
 
 impl Database {
     /// Creates login role `user` with `password`, owning this database's
     /// `public` schema; the URL that names them both (percent-encoded).
     pub fn role(&self, user: &str, password: &str) -> String {
-        let c = cluster();
+        let c = self.cluster;
         let quoted = password.replace('\'', "''");
         c.execute("postgres", &format!("CREATE ROLE {user} LOGIN PASSWORD '{quoted}'"))
             .unwrap_or_else(|e| panic!("cannot create role {user}: {e}"));
@@ -110,12 +153,19 @@ impl Database {
 
     /// Runs `sql` (several statements) in this database as the superuser.
     pub fn execute(&self, sql: &str) -> Result<(), String> {
-        cluster().execute(&self.name, sql)
+        self.cluster.execute(&self.name, sql)
     }
 
     /// The rows of `sql`, each column as text (`NULL` as `None`).
     pub fn query(&self, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
-        cluster().query(&self.name, sql)
+        self.cluster.query(&self.name, sql)
+    }
+
+    /// `postgres://user:password@<host>:<port>/<name>` over TCP, with
+    /// `params` (`sslmode=…&…`) as its query: for a TLS cluster's role.
+    pub fn tcp_url(&self, host: &str, user: &str, password: &str, params: &str) -> String {
+        let query = if params.is_empty() { String::new() } else { format!("?{params}") };
+        format!("postgres://{user}:{}@{host}:{}/{}{query}", percent_encode(password), self.cluster.port, self.name)
     }
 }
 
@@ -126,7 +176,8 @@ impl Cluster {
             Some(p) => format!("{user}:{}", percent_encode(p)),
             None => user.to_owned(),
         };
-        format!("postgres://{auth}@/{db}?host={}", percent_encode(&self.socket_dir.to_string_lossy()))
+        let port = if self.port == 5432 { String::new() } else { format!("&port={}", self.port) };
+        format!("postgres://{auth}@/{db}?host={}{port}", percent_encode(&self.socket_dir.to_string_lossy()))
     }
 
     /// Runs `sql` on database `db` as the superuser.
@@ -288,22 +339,117 @@ fn remove_stale(base: &Path) {
 }
 
 extern "C" fn stop_at_exit() {
-    let pid = POSTMASTER.load(Ordering::SeqCst);
-    if pid <= 0 {
-        return;
-    }
-    // SAFETY: plain kill(2) of our own child.
-    unsafe { libc::kill(pid, libc::SIGQUIT) };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !REAPED.load(Ordering::SeqCst) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    if let Some(Ok(c)) = CLUSTER.get() {
-        let _ = std::fs::remove_dir_all(&c.dir);
+    for (i, cell) in [&CLUSTER, &TLS_CLUSTER].into_iter().enumerate() {
+        let pid = POSTMASTER[i].load(Ordering::SeqCst);
+        if pid <= 0 {
+            continue;
+        }
+        // SAFETY: plain kill(2) of our own child.
+        unsafe { libc::kill(pid, libc::SIGQUIT) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !REAPED[i].load(Ordering::SeqCst) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if let Some(Ok(c)) = cell.get() {
+            let _ = std::fs::remove_dir_all(&c.dir);
+        }
     }
 }
 
-fn start() -> Result<Cluster, String> {
+/// Makes a test authority and a server certificate it signed (for
+/// `localhost` and `127.0.0.1`), and a second authority, in `dir` with the
+/// `openssl` command; the server's key readable by the cluster's user only.
+fn make_certificates(dir: &Path, root: bool) -> Result<TlsFiles, String> {
+    let openssl = |args: &[&str]| -> Result<(), String> {
+        let out = Command::new("openssl").args(args).current_dir(dir).output().map_err(|e| {
+            format!("cannot run openssl ({e}): the TLS tests make their certificates with it; {INSTALL}")
+        })?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!("openssl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr)))
+        }
+    };
+    let ca = |name: &str| {
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN=ctxhost test {name}"),
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.crt"),
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ])
+    };
+    ca("ca")?;
+    ca("other-ca")?;
+    openssl(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    ])?;
+    std::fs::write(
+        dir.join("server.ext"),
+        "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n\
+         subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+    )
+    .map_err(|e| e.to_string())?;
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+        "-out",
+        "server.crt",
+    ])?;
+    let key = dir.join("server.key");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).map_err(|e| e.to_string())?;
+    if root {
+        for f in [&key, &dir.join("server.crt"), &dir.to_path_buf()] {
+            std::os::unix::fs::chown(f, Some(NOBODY), Some(NOBODY)).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(TlsFiles { ca: dir.join("ca.crt"), other_ca: dir.join("other-ca.crt") })
+}
+
+/// A free loopback port (free when asked; the cluster takes it right after).
+fn free_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+}
+
+fn start(tls: bool) -> Result<Cluster, String> {
+    let slot = usize::from(tls);
     let bin = bin_dir()?;
     let root = is_root();
     // As root the cluster's user must reach its directory: /tmp, not a
@@ -340,9 +486,21 @@ fn start() -> Result<Cluster, String> {
             String::from_utf8_lossy(&out.stderr)
         )));
     }
-    // The superuser is trusted on the socket; every other role gives a password.
-    std::fs::write(data.join("pg_hba.conf"), "local all postgres trust\nlocal all all scram-sha-256\n")
-        .map_err(|e| fail(format!("cannot write pg_hba.conf: {e}")))?;
+    // The superuser is trusted on the socket; every other role gives a
+    // password; over TCP (the TLS cluster's) only with TLS.
+    let hba = if tls {
+        "local all postgres trust\nlocal all all scram-sha-256\nhostssl all all 127.0.0.1/32 scram-sha-256\n"
+    } else {
+        "local all postgres trust\nlocal all all scram-sha-256\n"
+    };
+    std::fs::write(data.join("pg_hba.conf"), hba).map_err(|e| fail(format!("cannot write pg_hba.conf: {e}")))?;
+    let (port, files) = if tls {
+        let tls_dir = dir.join("tls");
+        std::fs::create_dir(&tls_dir).map_err(|e| fail(e.to_string()))?;
+        (free_port().map_err(&fail)?, Some(make_certificates(&tls_dir, root).map_err(&fail)?))
+    } else {
+        (5432, None)
+    };
     let log_path = dir.join("postgres.log");
     let log = std::fs::File::create(&log_path).map_err(|e| fail(e.to_string()))?;
     if root {
@@ -354,9 +512,24 @@ fn start() -> Result<Cluster, String> {
         .arg(&data)
         .arg("-k")
         .arg(&dir)
-        .args(["-c", "listen_addresses=", "-c", "fsync=off", "-c", "synchronous_commit=off"])
+        .args(["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", &format!("port={port}")])
         .args(["-c", "full_page_writes=off", "-c", "max_connections=300", "-c", "shared_buffers=32MB"])
         .args(["-c", "max_locks_per_transaction=256"])
+        .args(if tls {
+            let tls_dir = dir.join("tls");
+            vec![
+                "-c".to_owned(),
+                "listen_addresses=127.0.0.1".to_owned(),
+                "-c".to_owned(),
+                "ssl=on".to_owned(),
+                "-c".to_owned(),
+                format!("ssl_cert_file={}", tls_dir.join("server.crt").display()),
+                "-c".to_owned(),
+                format!("ssl_key_file={}", tls_dir.join("server.key").display()),
+            ]
+        } else {
+            vec!["-c".to_owned(), "listen_addresses=".to_owned()]
+        })
         .env("TZ", "UTC")
         .current_dir(&dir)
         .stdin(Stdio::null())
@@ -370,10 +543,10 @@ fn start() -> Result<Cluster, String> {
         .spawn(move || match cmd.spawn() {
             Ok(mut child) => {
                 let pid = child.id() as i32;
-                POSTMASTER.store(pid, Ordering::SeqCst);
+                POSTMASTER[slot].store(pid, Ordering::SeqCst);
                 let _ = tx.send(Ok(pid));
                 let _ = child.wait();
-                REAPED.store(true, Ordering::SeqCst);
+                REAPED[slot].store(true, Ordering::SeqCst);
             }
             Err(e) => {
                 let _ = tx.send(Err(e.to_string()));
@@ -384,14 +557,16 @@ fn start() -> Result<Cluster, String> {
         .recv()
         .map_err(|e| fail(e.to_string()))?
         .map_err(|e| fail(format!("cannot start {}: {e}", bin.join("postgres").display())))?;
-    // SAFETY: registering a handler that touches only statics and the file system.
-    unsafe { libc::atexit(stop_at_exit) };
-    let cluster = Cluster { socket_dir: dir.clone(), dir: dir.clone(), bin, pid };
+    AT_EXIT.call_once(|| {
+        // SAFETY: registering a handler that touches only statics and the file system.
+        unsafe { libc::atexit(stop_at_exit) };
+    });
+    let cluster = Cluster { socket_dir: dir.clone(), dir: dir.clone(), bin, pid, port, tls: files };
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         match cluster.execute("postgres", "SELECT 1") {
             Ok(()) => return Ok(cluster),
-            Err(e) if REAPED.load(Ordering::SeqCst) || Instant::now() > deadline => {
+            Err(e) if REAPED[slot].load(Ordering::SeqCst) || Instant::now() > deadline => {
                 let log = cluster.log();
                 // SAFETY: plain kill(2) of our own child.
                 unsafe { libc::kill(pid, libc::SIGQUIT) };

@@ -31,17 +31,22 @@ impl AgentEngine {
         created.map(Ok).map_err(|e| ServiceError { code: crate::host::services::code::SERVICE, message: e.to_string() })
     }
 
-    /// Runs `trigger_fire` over a due trigger; delivered ones are kept for
-    /// [`AgentEngine::fired`] and sent to subscribers.
-    pub async fn fire(&self, trigger: Map<String, Value>) -> Option<Value> {
-        let out = match self.chain(HookName::TriggerFire, obj(json!({"trigger": trigger}))).await {
+    /// Runs `trigger_fire` over a due trigger (the request carries
+    /// `firing_id`); a delivered one, with `firing_id` set on it, is kept
+    /// for [`AgentEngine::fired`] and sent to subscribers.
+    pub async fn fire(&self, trigger: Map<String, Value>, firing_id: String) -> Option<Value> {
+        let request = obj(json!({"trigger": trigger, "firing_id": firing_id}));
+        let out = match self.chain(HookName::TriggerFire, request).await {
             Ok(out) => out,
             Err(b) => {
-                tracing::info!(plugin = %b.plugin, "trigger firing cancelled: {}", b.reason);
+                tracing::info!(plugin = %b.plugin, "trigger firing `{firing_id}` cancelled: {}", b.reason);
                 return None;
             }
         };
-        let trigger = out.get("trigger").cloned().unwrap_or(Value::Null);
+        let mut trigger = out.get("trigger").cloned().unwrap_or(Value::Null);
+        if let Value::Object(t) = &mut trigger {
+            t.insert("firing_id".into(), Value::String(firing_id));
+        }
         {
             let mut fired = self.fired.lock().unwrap_or_else(|p| p.into_inner());
             if fired.len() == FIRED_KEPT {
@@ -54,8 +59,11 @@ impl AgentEngine {
     }
 
     /// Fires the event triggers listening for `name`, with `payload` added
-    /// as `event_payload`; returns the delivered ones.
+    /// as `event_payload`; returns the delivered ones. Each firing's id is
+    /// `<trigger id>@event-<unix ms>-<pid>-<n>`: unique per delivery (the
+    /// host never delivers an event firing twice).
     pub async fn fire_event(&self, name: &str, payload: Value) -> Vec<Value> {
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let owned = name.to_owned();
         let listening = match self.shared.triggers_off(move |t| t.event(&owned)).await {
             Ok(listening) => listening,
@@ -64,10 +72,14 @@ impl AgentEngine {
                 return Vec::new();
             }
         };
+        let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
         let mut delivered = Vec::new();
         for mut t in listening {
             t.insert("event_payload".into(), payload.clone());
-            if let Some(v) = self.fire(t).await {
+            let id = t.get("id").and_then(Value::as_str).unwrap_or_default().to_owned();
+            let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let firing_id = format!("{id}@event-{ms}-{}-{n}", std::process::id());
+            if let Some(v) = self.fire(t, firing_id).await {
                 delivered.push(v);
             }
         }

@@ -85,6 +85,11 @@ impl DefaultEngine {
         &self.settings
     }
 
+    /// The built-in memory (the operator's routes browse and delete in it).
+    pub fn memory(&self) -> &Arc<dyn MemoryBackend> {
+        &self.memory
+    }
+
     pub fn counter(&self) -> &TokenCounter {
         &self.counter
     }

@@ -381,6 +381,10 @@ impl ProcessRunner {
 }
 
 impl Runner for ProcessRunner {
+    fn sandbox(&self) -> crate::runner::SandboxFacts {
+        self.plugin.confinement.facts()
+    }
+
     fn call<'a>(
         &'a self,
         request: &'a HookRequest,

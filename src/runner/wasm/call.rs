@@ -230,6 +230,10 @@ fn reported(message: &str) -> HookError {
 pub struct ComponentHandle(pub std::sync::Arc<ComponentRunner>);
 
 impl crate::runner::Runner for ComponentHandle {
+    fn sandbox(&self) -> crate::runner::SandboxFacts {
+        super::sandbox_facts(&self.0.limits)
+    }
+
     fn call<'a>(
         &'a self,
         request: &'a HookRequest,

@@ -182,6 +182,10 @@ fn run(
 pub struct CoreModuleHandle(pub std::sync::Arc<CoreModuleRunner>);
 
 impl crate::runner::Runner for CoreModuleHandle {
+    fn sandbox(&self) -> crate::runner::SandboxFacts {
+        super::sandbox_facts(&self.0.limits)
+    }
+
     fn call<'a>(
         &'a self,
         request: &'a HookRequest,

@@ -42,3 +42,17 @@ pub(crate) async fn on_blocking_pool(
 ) -> Result<Value, HookError> {
     tokio::task::spawn_blocking(call).await.map_err(|e| HookError::Host(format!("the call's thread failed: {e}")))?
 }
+
+/// The limits every wasm call runs under, as [`crate::runner::SandboxFacts`].
+pub(crate) fn sandbox_facts(limits: &store::Limits) -> crate::runner::SandboxFacts {
+    crate::runner::SandboxFacts {
+        layers: vec!["fuel", "deadline", "memory"],
+        limits: [
+            ("fuel", limits.fuel),
+            ("deadline_ms", limits.timeout_ms),
+            ("memory_bytes", limits.memory_mb.saturating_mul(1 << 20)),
+        ]
+        .into_iter()
+        .collect(),
+    }
+}

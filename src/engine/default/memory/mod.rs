@@ -50,6 +50,18 @@ pub struct StoredMemory {
     pub source: String,
 }
 
+/// A stored memory as the operator sees it (`GET /api/memory/{agent}`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MemoryEntry {
+    /// The backend's row id (opaque to callers).
+    pub id: i64,
+    pub peer_id: Option<String>,
+    pub content: String,
+    pub tags: Vec<String>,
+    pub source: String,
+    pub created_ms: i64,
+}
+
 /// A memory operation that failed, naming the store and the operation.
 #[derive(Debug, thiserror::Error)]
 #[error("memory store `{location}`: cannot {op}: {source}")]
@@ -95,6 +107,19 @@ pub trait MemoryBackend: Send + Sync {
 
     /// How many memories `agent_id` has (all peers).
     fn count<'a>(&'a self, agent_id: &'a str) -> BoxFuture<'a, Result<usize, MemoryError>>;
+
+    /// The operator's view of `agent_id`'s memories (every peer): with an
+    /// empty `query` the newest `limit`, else the best `limit` for its words
+    /// (none when it has no word a recall would search for).
+    fn browse<'a>(
+        &'a self,
+        agent_id: &'a str,
+        query: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<MemoryEntry>, MemoryError>>;
+
+    /// Deletes memory `id` of `agent_id`; false when it has none by that id.
+    fn delete<'a>(&'a self, agent_id: &'a str, id: i64) -> BoxFuture<'a, Result<bool, MemoryError>>;
 }
 
 /// The built-in memory a configuration names: PostgreSQL at `store_url`

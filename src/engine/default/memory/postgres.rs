@@ -9,10 +9,11 @@
 //!   `to_tsvector('simple', words)` (no stemming, no stopwords: FTS5's
 //!   `unicode61` stems nothing either). So `alice@example.com` is
 //!   `alice example com` on both backends, not one e-mail token, and the
-//!   database's locale does not decide what a word is. Unlike `unicode61`,
-//!   diacritics are kept (`café` is not `cafe`), and only the first
-//!   [`INDEXED_TEXT_MAX`] bytes of words are indexed (a `tsvector` holds at
-//!   most 1 MB).
+//!   database's locale does not decide what a word is. Diacritics are
+//!   folded as `unicode61` folds them ([`fold_word`]: `café` is
+//!   `cafe`), in the stored words and in the query words alike. Only the
+//!   first [`INDEXED_TEXT_MAX`] bytes of words are indexed (a `tsvector`
+//!   holds at most 1 MB).
 //! - The query is a `tsquery` of quoted words joined by `|`, cast, never
 //!   parsed from user text: each word is letters and digits only.
 //! - Idempotent writes: `UNIQUE (agent_id, peer_id, content_sha)` (the
@@ -25,19 +26,21 @@
 //!   advisory lock, so instances starting together do not race; a schema
 //!   newer than this binary is an error, never touched.
 //!
+//! TLS as the store's connections ([`crate::host::store::postgres::tls`]).
+//!
 //! Never logs or shows the password of the URL ([`location`]).
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use sha2::{Digest, Sha256};
 use std::time::Duration;
-use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
 
-use super::{MemoryBackend, MemoryError, NewMemory, StoredMemory, query_words};
+use super::{MemoryBackend, MemoryEntry, MemoryError, NewMemory, StoredMemory, query_words};
+use crate::host::store::postgres::tls::{Tls, TlsDefaults};
 use crate::runner::BoxFuture;
 
 /// The schema version this binary writes.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// Each migration, version `i + 1` at index `i`.
 const MIGRATIONS: &[&str] = &[
@@ -65,7 +68,17 @@ CREATE FUNCTION memory_tf(tsvector) RETURNS jsonb LANGUAGE sql IMMUTABLE STRICT 
     'SELECT coalesce(jsonb_object_agg(lexeme, cardinality(positions)), ''{}''::jsonb) FROM unnest($1)';
 ALTER TABLE memory_items ADD COLUMN tf JSONB GENERATED ALWAYS AS (memory_tf(to_tsvector('simple', words))) STORED;
 ",
+    "
+-- fold: the words of memories stored before diacritics were folded are
+-- written again by `refold` (Rust: the fold is `fold_word`).
+",
 ];
+
+/// The version whose migration rewrites the words of older rows ([`refold`]).
+const REFOLD_VERSION: i32 = 3;
+
+/// Rows [`refold`] reads at a time.
+const REFOLD_BATCH: i64 = 500;
 
 /// The advisory lock the migration holds (`ctxhost.memory` as a number).
 const MIGRATION_LOCK: i64 = 0x6374_7868_6d65_6d31;
@@ -141,6 +154,18 @@ impl PgMemory {
     /// The URL is malformed, the database is unreachable or refuses the
     /// role, or its memory schema is newer than this binary.
     pub async fn connect(url: &str) -> Result<Self, MemoryError> {
+        Self::connect_with(url, &TlsDefaults::from_env()).await
+    }
+
+    /// [`PgMemory::connect`] with the TLS defaults given rather than read
+    /// from the environment.
+    ///
+    /// # Errors
+    /// See [`PgMemory::connect`]; also a TLS setting that cannot be used
+    /// (an unknown `sslmode`, an unreadable `sslrootcert`).
+    pub async fn connect_with(url: &str, defaults: &TlsDefaults) -> Result<Self, MemoryError> {
+        let (url, tls) = Tls::from_url(url, defaults)
+            .map_err(|e| MemoryError::new(crate::config::redact_url(url), "open", e.to_string()))?;
         let config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| MemoryError::new("<the [store] url>", "open", format!("not a PostgreSQL URL: {e}")))?;
@@ -149,7 +174,9 @@ impl PgMemory {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
-        let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        tls.apply(&mut config);
+        let manager =
+            Manager::from_config(config, tls.connector(), ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = Pool::builder(manager)
             .max_size(POOL_SIZE)
             .runtime(Runtime::Tokio1)
@@ -197,6 +224,12 @@ impl PgMemory {
         }
         for (version, sql) in (1..).zip(MIGRATIONS).skip(usize::try_from(current).unwrap_or(0)) {
             tx.batch_execute(sql).await.map_err(&fail)?;
+            if version == REFOLD_VERSION {
+                let n = refold(&tx).await.map_err(&fail)?;
+                if n > 0 {
+                    tracing::info!("{}: the words of {n} memories folded (diacritics)", self.location);
+                }
+            }
             tx.execute("INSERT INTO memory_schema (version) VALUES ($1)", &[&version]).await.map_err(&fail)?;
         }
         tx.commit().await.map_err(&fail)
@@ -236,12 +269,80 @@ fn describe(e: &tokio_postgres::Error) -> String {
     }
 }
 
+/// Rewrites the words of the rows written before diacritics were folded
+/// (those with a character beyond ASCII), in id order, a batch at a time;
+/// the generated `tsv` and `tf` follow. How many rows changed.
+async fn refold(tx: &deadpool_postgres::Transaction<'_>) -> Result<u64, tokio_postgres::Error> {
+    let (mut after, mut changed) = (0_i64, 0);
+    loop {
+        let rows = tx
+            .query(
+                "SELECT id, content, words FROM memory_items \
+                 WHERE id > $1 AND octet_length(words) <> char_length(words) ORDER BY id LIMIT $2",
+                &[&after, &REFOLD_BATCH],
+            )
+            .await?;
+        let Some(last) = rows.last() else { return Ok(changed) };
+        after = last.get(0);
+        for row in &rows {
+            let (id, content, words): (i64, &str, &str) = (row.get(0), row.get(1), row.get(2));
+            let folded = index_text(content);
+            if folded != words {
+                changed += tx.execute("UPDATE memory_items SET words = $2 WHERE id = $1", &[&id, &folded]).await?;
+            }
+        }
+    }
+}
+
+/// `word` lowercased, with diacritics removed, as SQLite FTS5's
+/// `unicode61` tokenizer does both (`remove_diacritics 1`, its default): a
+/// character whose canonical decomposition is one ASCII letter or digit and
+/// one combining mark becomes that letter (`é` → `e`, `Ü` → `u`, `ş` → `s`,
+/// `İ` → `i`; the long `ſ` is `s`); others stay as they are (`ß`, `ø`, `ł`
+/// have no such decomposition; a letter with two marks, as Vietnamese `ế`,
+/// keeps them). `diacritics_fold_as_sqlite_fts5_folds_them` holds it to
+/// SQLite's own tokenizer over the Latin blocks.
+pub fn fold_word(word: &str) -> String {
+    use unicode_normalization::char::{decompose_canonical, is_combining_mark};
+    let fold = |c: char| -> char {
+        if c.is_ascii() {
+            return c;
+        }
+        let mut parts = [None, None, None];
+        let mut n = 0;
+        decompose_canonical(c, |p| {
+            if let Some(slot) = parts.get_mut(n) {
+                *slot = Some(p);
+            }
+            n += 1;
+        });
+        match parts {
+            [Some('ſ'), Some(mark), None] if is_combining_mark(mark) => 's',
+            [Some(base), Some(mark), None] if base.is_ascii_alphanumeric() && is_combining_mark(mark) => base,
+            _ if c == 'ſ' => 's',
+            _ => c,
+        }
+    };
+    let mut out = String::with_capacity(word.len());
+    for c in word.chars() {
+        let mut lower = c.to_lowercase();
+        match (lower.next(), lower.next(), lower.next()) {
+            // `İ` lowercases to `i` and a combining dot: one folded letter.
+            (Some(base), Some(mark), None) if base.is_ascii_alphanumeric() && is_combining_mark(mark) => out.push(base),
+            (Some(a), b, c) => out.extend([Some(a), b, c].into_iter().flatten().chain(lower).map(fold)),
+            (None, _, _) => {}
+        }
+    }
+    out
+}
+
 /// The words of `content` as the index sees them: its runs of letters and
-/// digits, lowercased, joined by spaces, at most [`INDEXED_TEXT_MAX`] bytes.
+/// digits, lowercased and diacritics folded ([`fold_word`]), joined by
+/// spaces, at most [`INDEXED_TEXT_MAX`] bytes.
 pub fn index_text(content: &str) -> String {
     let mut out = String::new();
     for word in content.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
-        let word = word.to_lowercase();
+        let word = fold_word(word);
         if out.len() + word.len() + 1 > INDEXED_TEXT_MAX {
             break;
         }
@@ -324,7 +425,13 @@ impl MemoryBackend for PgMemory {
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<StoredMemory>, MemoryError>> {
         Box::pin(async move {
-            let words = query_words(query);
+            // Folded as the stored words are (two query words may fold into one).
+            let mut words: Vec<String> = Vec::new();
+            for w in query_words(query).iter().map(|w| fold_word(w)) {
+                if !words.contains(&w) {
+                    words.push(w);
+                }
+            }
             let Some(ts_query) = ts_query(&words) else { return Ok(Vec::new()) };
             if limit == 0 {
                 return Ok(Vec::new());
@@ -344,6 +451,56 @@ impl MemoryBackend for PgMemory {
             params.extend(words.iter().map(|w| w as &(dyn tokio_postgres::types::ToSql + Sync)));
             let rows = client.query(&stmt, &params).await.map_err(&fail)?;
             Ok(rows.iter().map(|r| StoredMemory { content: r.get(0), tags: r.get(1), source: r.get(2) }).collect())
+        })
+    }
+
+    fn browse<'a>(
+        &'a self,
+        agent_id: &'a str,
+        query: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<MemoryEntry>, MemoryError>> {
+        Box::pin(async move {
+            let fail = self.fail("browse");
+            let client = self.client("browse").await?;
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            const COLUMNS: &str = "id, peer_id, content, tags, source, (extract(epoch FROM created_at) * 1000)::bigint";
+            let rows = if query.trim().is_empty() {
+                let sql = format!("SELECT {COLUMNS} FROM memory_items WHERE agent_id = $1 ORDER BY id DESC LIMIT $2");
+                client.query(&sql, &[&agent_id, &limit]).await.map_err(&fail)?
+            } else {
+                let Some(ts_query) = ts_query(&query_words(query)) else { return Ok(Vec::new()) };
+                let sql = format!(
+                    "SELECT {COLUMNS} FROM memory_items WHERE agent_id = $1 AND tsv @@ CAST($2::text AS tsquery)
+                     ORDER BY ts_rank(tsv, CAST($2::text AS tsquery)) DESC, id DESC LIMIT $3"
+                );
+                client.query(&sql, &[&agent_id, &ts_query, &limit]).await.map_err(&fail)?
+            };
+            Ok(rows
+                .iter()
+                .map(|r| {
+                    let peer: String = r.get(1);
+                    MemoryEntry {
+                        id: r.get(0),
+                        peer_id: (!peer.is_empty()).then_some(peer),
+                        content: r.get(2),
+                        tags: r.get(3),
+                        source: r.get(4),
+                        created_ms: r.get(5),
+                    }
+                })
+                .collect())
+        })
+    }
+
+    fn delete<'a>(&'a self, agent_id: &'a str, id: i64) -> BoxFuture<'a, Result<bool, MemoryError>> {
+        Box::pin(async move {
+            let client = self.client("delete").await?;
+            let n = client
+                .execute("DELETE FROM memory_items WHERE id = $1 AND agent_id = $2", &[&id, &agent_id])
+                .await
+                .map_err(self.fail("delete"))?;
+            Ok(n > 0)
         })
     }
 
@@ -367,11 +524,46 @@ mod tests {
     fn index_text_is_the_words_a_query_finds() {
         assert_eq!(
             index_text("Bob's e-mail: alice@Example.COM, v10.4 — Über!"),
-            "bob s e mail alice example com v10 4 über"
+            "bob s e mail alice example com v10 4 uber"
         );
         let long = "word ".repeat(INDEXED_TEXT_MAX);
         let indexed = index_text(&long);
         assert!(indexed.len() <= INDEXED_TEXT_MAX && indexed.len() > INDEXED_TEXT_MAX - 8, "{}", indexed.len());
+    }
+
+    /// The fold is FTS5's: every character of the Latin blocks (and a few
+    /// others) is tokenised by SQLite's `unicode61` and by [`index_text`]
+    /// into the same word.
+    #[test]
+    fn diacritics_fold_as_sqlite_fts5_folds_them() {
+        let db = rusqlite::Connection::open_in_memory().unwrap();
+        db.execute_batch(
+            "CREATE VIRTUAL TABLE t USING fts5(x); CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance');",
+        )
+        .unwrap();
+        let chars: Vec<char> = (0xC0..=0x24F_u32)
+            .chain(0x1E00..=0x1EFF)
+            .chain([0x391, 0x3AC, 0x3CC, 0x401, 0x419, 0x439, 0x4E9, 0xFB01])
+            .filter_map(char::from_u32)
+            .filter(|c| c.is_alphanumeric())
+            .collect();
+        for (i, c) in chars.iter().enumerate() {
+            db.execute("INSERT INTO t (rowid, x) VALUES (?1, ?2)", rusqlite::params![i as i64 + 1, format!("q{c}z")])
+                .unwrap();
+        }
+        let mut stmt = db.prepare("SELECT doc, term FROM v ORDER BY doc").unwrap();
+        let sqlite: Vec<(i64, String)> =
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect();
+        let mut differ = Vec::new();
+        for (doc, term) in sqlite {
+            let c = chars[usize::try_from(doc).unwrap() - 1];
+            let ours = index_text(&format!("q{c}z"));
+            if ours != term {
+                differ.push(format!("U+{:04X} {c}: sqlite {term:?}, ours {ours:?}", c as u32));
+            }
+        }
+        assert!(differ.is_empty(), "{} differ:\n{}", differ.len(), differ.join("\n"));
+        assert_eq!(index_text("Crème Brûlée in São Paulo, Łódź, Straße"), "creme brulee in sao paulo łodz straße");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{MemoryBackend, MemoryError, NewMemory, StoredMemory, query_words};
+use super::{MemoryBackend, MemoryEntry, MemoryError, NewMemory, StoredMemory, query_words};
 use crate::runner::BoxFuture;
 
 /// The SQLite memory store (cheap to clone: one connection, shared).
@@ -171,6 +171,49 @@ impl MemoryStore {
         })
     }
 
+    /// See [`MemoryBackend::browse`]: by BM25 for a query, else newest first.
+    pub fn browse(&self, agent_id: &str, query: &str, limit: usize) -> Result<Vec<MemoryEntry>, MemoryError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let row = |row: &rusqlite::Row<'_>| {
+            let tags: String = row.get(3)?;
+            let peer: String = row.get(1)?;
+            Ok(MemoryEntry {
+                id: row.get(0)?,
+                peer_id: (!peer.is_empty()).then_some(peer),
+                content: row.get(2)?,
+                tags: serde_json::from_str(&tags).unwrap_or_default(),
+                source: row.get(4)?,
+                created_ms: row.get(5)?,
+            })
+        };
+        if query.trim().is_empty() {
+            return self.with("browse", |conn| {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT id, peer_id, content, tags, source, created_at FROM memories
+                     WHERE agent_id = ?1 ORDER BY id DESC LIMIT ?2",
+                )?;
+                stmt.query_map(params![agent_id, limit], row)?.collect()
+            });
+        }
+        let Some(fts_query) = fts_query(query) else { return Ok(Vec::new()) };
+        self.with("browse", |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT m.id, m.peer_id, m.content, m.tags, m.source, m.created_at FROM memories_fts
+                 JOIN memories m ON m.id = memories_fts.rowid
+                 WHERE memories_fts MATCH ?1 AND m.agent_id = ?2
+                 ORDER BY bm25(memories_fts), m.id DESC LIMIT ?3",
+            )?;
+            stmt.query_map(params![fts_query, agent_id, limit], row)?.collect()
+        })
+    }
+
+    /// See [`MemoryBackend::delete`].
+    pub fn delete(&self, agent_id: &str, id: i64) -> Result<bool, MemoryError> {
+        self.with("delete", |conn| {
+            conn.execute("DELETE FROM memories WHERE id = ?1 AND agent_id = ?2", params![id, agent_id]).map(|n| n > 0)
+        })
+    }
+
     /// How many memories `agent_id` has.
     pub fn count(&self, agent_id: &str) -> Result<usize, MemoryError> {
         self.with("count", |conn| {
@@ -206,6 +249,21 @@ impl MemoryBackend for MemoryStore {
     fn count<'a>(&'a self, agent_id: &'a str) -> BoxFuture<'a, Result<usize, MemoryError>> {
         let agent = agent_id.to_owned();
         Box::pin(async move { self.blocking("count", move |s| s.count(&agent)).await })
+    }
+
+    fn browse<'a>(
+        &'a self,
+        agent_id: &'a str,
+        query: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<MemoryEntry>, MemoryError>> {
+        let (agent, query) = (agent_id.to_owned(), query.to_owned());
+        Box::pin(async move { self.blocking("browse", move |s| s.browse(&agent, &query, limit)).await })
+    }
+
+    fn delete<'a>(&'a self, agent_id: &'a str, id: i64) -> BoxFuture<'a, Result<bool, MemoryError>> {
+        let agent = agent_id.to_owned();
+        Box::pin(async move { self.blocking("delete", move |s| s.delete(&agent, id)).await })
     }
 }
 

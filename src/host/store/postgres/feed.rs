@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
 use super::Pg;
 use super::store::PostgresStore;
@@ -177,7 +177,7 @@ async fn listen_once(pg: &Arc<Pg>, wakes: &UnboundedSender<Wake>) -> Ended {
     let lost = |connected: bool, e: &tokio_postgres::Error| Ended::Lost { connected, reason: pg.text(e) };
     let mut config = pg.config().clone();
     config.application_name(format!("ctxhost-listen-{}", std::process::id()));
-    let (client, mut connection) = match config.connect(NoTls).await {
+    let (client, mut connection) = match config.connect(pg.tls()).await {
         Ok(pair) => pair,
         Err(e) => return lost(false, &e),
     };

@@ -26,6 +26,7 @@
 pub mod feed;
 pub mod journal;
 pub mod store;
+pub mod tls;
 
 use std::error::Error as StdError;
 use std::future::Future;
@@ -34,8 +35,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::Config;
 use tokio_postgres::config::Host;
-use tokio_postgres::{Config, NoTls};
 
 use super::{StoreError, StoreErrorKind};
 use crate::config::redact_url;
@@ -171,6 +172,8 @@ pub struct Pg {
     secret: Option<String>,
     /// How to connect (the feed's listener keeps a connection of its own).
     config: Config,
+    /// TLS (every connection: the pool's, the migration's, the feed's).
+    tls: tls::Tls,
     /// This process's name in the change feed's `origin` column.
     origin: String,
 }
@@ -184,13 +187,16 @@ impl Drop for Pg {
     }
 }
 
-/// Where the password comes from, besides the URL.
+/// What the environment adds to the URL: where the password comes from,
+/// the user, the TLS defaults.
 #[derive(Debug, Clone, Default)]
 pub struct Credentials {
     /// `PGPASSFILE`, else `~/.pgpass` (read when the URL has no password).
     pub passfile: Option<PathBuf>,
     /// The user when the URL names none (`USER`).
     pub default_user: Option<String>,
+    /// `PGSSLMODE`, `PGSSLROOTCERT`, libpq's default root file.
+    pub tls: tls::TlsDefaults,
 }
 
 impl Credentials {
@@ -199,7 +205,7 @@ impl Credentials {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let passfile =
             var("PGPASSFILE").map(PathBuf::from).or_else(|| var("HOME").map(|h| Path::new(&h).join(".pgpass")));
-        Credentials { passfile, default_user: var("USER") }
+        Credentials { passfile, default_user: var("USER"), tls: tls::TlsDefaults::from_env() }
     }
 }
 
@@ -214,7 +220,9 @@ impl Pg {
     pub fn open(url: &str, credentials: &Credentials) -> Result<Pg, StoreError> {
         const OP: &str = "open";
         let location = redact_url(url);
-        let mut config = Config::from_str(url).map_err(|e| {
+        let (rest, tls) = tls::Tls::from_url(url, &credentials.tls)
+            .map_err(|e| StoreError::new(BACKEND, OP, StoreErrorKind::Backend(format!("`{location}`: {e}"))))?;
+        let mut config = Config::from_str(&rest).map_err(|e| {
             StoreError::new(BACKEND, OP, StoreErrorKind::Backend(format!("`{location}` is not a PostgreSQL URL: {e}")))
         })?;
         if config.get_user().is_none() {
@@ -240,6 +248,7 @@ impl Pg {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
+        tls.apply(&mut config);
         let secret = config.get_password().map(|p| String::from_utf8_lossy(p).into_owned()).filter(|p| !p.is_empty());
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -249,8 +258,11 @@ impl Pg {
             .map_err(|e| {
                 StoreError::new(BACKEND, OP, StoreErrorKind::Backend(format!("cannot start a runtime: {e}")))
             })?;
-        let manager =
-            Manager::from_config(config.clone(), NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let manager = Manager::from_config(
+            config.clone(),
+            tls.connector(),
+            ManagerConfig { recycling_method: RecyclingMethod::Fast },
+        );
         let pool = {
             let _enter = rt.enter();
             Pool::builder(manager)
@@ -266,7 +278,7 @@ impl Pg {
             std::process::id(),
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
         );
-        let pg = Pg { rt: Some(rt), pool, location, secret, config: config.clone(), origin };
+        let pg = Pg { rt: Some(rt), pool, location, secret, config: config.clone(), tls, origin };
         pg.migrate(&config)?;
         Ok(pg)
     }
@@ -284,6 +296,11 @@ impl Pg {
     /// How to connect (for a connection outside the pool).
     pub(crate) fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The TLS connector for a connection outside the pool.
+    pub(crate) fn tls(&self) -> tls::Connector {
+        self.tls.connector()
     }
 
     /// Spawns `f` on the private runtime (which drives it whatever runtime
@@ -355,7 +372,7 @@ impl Pg {
             )
         };
         self.run(async {
-            let (mut client, conn) = config.connect(NoTls).await.map_err(|e| unreachable(&e))?;
+            let (mut client, conn) = config.connect(self.tls()).await.map_err(|e| unreachable(&e))?;
             let driver = tokio::spawn(conn);
             let out = async {
                 client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK]).await.map_err(|e| failed(&e))?;
@@ -763,13 +780,86 @@ mod tests {
         std::fs::set_permissions(&passfile, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
         let bare = url.replace(&format!(":{secret}"), "");
         assert!(!bare.contains(secret));
-        let creds = Credentials { passfile: Some(passfile), default_user: None };
+        let creds = Credentials { passfile: Some(passfile), ..Default::default() };
         let s = PostgresStore::open(&bare, &creds).unwrap();
         assert_eq!(s.plugin_choice("p").unwrap(), Some(false));
         // A failing statement's error does not carry it either.
         db.execute("REVOKE ALL ON plugin_state FROM ctx_user; ALTER TABLE plugin_state OWNER TO postgres").unwrap();
         let err = s.set_plugin_choice("q", true).unwrap_err().to_string();
         assert!(err.contains("permission denied") && !err.contains(secret), "{err}");
+    }
+
+    /// TLS against a server with `ssl = on` whose `pg_hba.conf` lets TCP
+    /// connections in with TLS only (`hostssl`): every mode does what libpq's
+    /// does, every connection (pool, change feed) is encrypted, and a
+    /// refused certificate or a refused plain connection is an error naming
+    /// the URL (password hidden) and why.
+    #[test]
+    fn tls_modes_against_a_server_that_takes_tls_only() {
+        use crate::host::store::feed::{Feed, Wake};
+        let db = super::pg::tls_database();
+        let files = db.cluster.tls.clone().unwrap();
+        let secret = "tls-S3cret-pw";
+        db.role("tls_user", secret);
+        let url = |host: &str, params: &str| db.tcp_url(host, "tls_user", secret, params);
+        let open_at = |host: &str, params: &str| PostgresStore::open(&url(host, params), &Credentials::default());
+        let (ca, other) = (files.ca.display().to_string(), files.other_ca.display().to_string());
+
+        // require: encrypted, the certificate unchecked; prefer (the default) takes TLS when offered.
+        let s = open_at("127.0.0.1", "sslmode=require").unwrap();
+        s.set_plugin_choice("p", false).unwrap();
+        let mut listener = feed::PgFeed::on(s.pg().clone()).listen();
+        assert_eq!(listener.wakes.blocking_recv(), Some(Wake::Connected));
+        let s = open_at("127.0.0.1", "").unwrap();
+        assert_eq!(s.plugin_choice("p").unwrap(), Some(false));
+        let rows = db
+            .query(
+                "SELECT count(*) FILTER (WHERE s.ssl), count(*) FILTER (WHERE NOT s.ssl), \
+                 count(*) FILTER (WHERE s.ssl AND a.application_name LIKE 'ctxhost-listen-%') \
+                 FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) WHERE a.usename = 'tls_user'",
+            )
+            .unwrap();
+        let counts: Vec<u32> = rows[0].iter().map(|c| c.as_deref().unwrap().parse().unwrap()).collect();
+        assert!(counts[0] >= 3 && counts[1] == 0 && counts[2] == 1, "encrypted, plain, listener: {counts:?}");
+        drop(listener);
+
+        // verify-full with the authority that signed the server's certificate: by name and by address.
+        for host in ["localhost", "127.0.0.1"] {
+            let s = open_at(host, &format!("sslmode=verify-full&sslrootcert={ca}")).unwrap();
+            assert_eq!(s.plugin_choice("p").unwrap(), Some(false), "{host}");
+        }
+        // A name the certificate does not hold: verify-ca passes, verify-full does not.
+        let elsewhere = "hostaddr=127.0.0.1";
+        let by_other_name = |mode: &str| {
+            PostgresStore::open(
+                &url("ctxhost-test.invalid", &format!("{elsewhere}&sslmode={mode}&sslrootcert={ca}")),
+                &Credentials::default(),
+            )
+        };
+        by_other_name("verify-ca").unwrap();
+        let err = by_other_name("verify-full").err().unwrap().to_string();
+        assert!(err.contains("is not for the host connected to") && err.contains("sslmode=verify-ca"), "{err}");
+
+        // Another authority: refused, saying which file and why, the password hidden.
+        for mode in ["verify-full", "verify-ca", "require"] {
+            let params = format!("sslmode={mode}&sslrootcert={other}");
+            let err = open_at("localhost", &params).err().unwrap().to_string();
+            let shown = url("localhost", &params).replace(secret, "***");
+            assert!(err.contains(&format!("cannot reach the database `{shown}`")), "{err}");
+            assert!(
+                err.contains(&format!(
+                    "the server's certificate is not signed by a certificate in sslrootcert `{other}`"
+                )),
+                "{mode}: {err}"
+            );
+            assert!(!err.contains(secret), "{err}");
+        }
+
+        // disable against hostssl-only: the server refuses, and says why.
+        let err = open_at("127.0.0.1", "sslmode=disable").err().unwrap().to_string();
+        assert!(err.contains("cannot reach the database `postgres://tls_user:***@127.0.0.1:"), "{err}");
+        assert!(err.contains("no pg_hba.conf entry") && err.contains("no encryption"), "{err}");
+        assert!(!err.contains(secret), "{err}");
     }
 
     fn entry(target: &str, payload: &str, run_now: bool) -> NewEntry {

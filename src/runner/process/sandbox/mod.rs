@@ -214,6 +214,45 @@ impl Confinement {
         }
     }
 
+    /// The layers that apply to this plugin's processes on this machine
+    /// (what [`Confinement::prepare`] sets up) and their limits.
+    pub fn facts(&self) -> crate::runner::SandboxFacts {
+        let mut facts = crate::runner::SandboxFacts::default();
+        let Some(plan) = &self.plan else { return facts };
+        let f = plan.features;
+        if let Some(bytes) = plan.memory_bytes {
+            facts.limits.insert("memory_bytes", bytes);
+        }
+        if let Some(n) = plan.max_processes {
+            facts.limits.insert("max_processes", n);
+        }
+        let limited = plan.memory_bytes.is_some() || plan.max_processes.is_some();
+        if limited && f.memory_limit.starts_with("cgroup") {
+            facts.layers.push("cgroup");
+        } else if limited && (f.memory_limit == "rlimit" || f.process_limit == "rlimit") {
+            facts.layers.push("rlimit");
+        }
+        if !plan.confined {
+            return facts;
+        }
+        if plan.fs.is_some() {
+            facts.layers.push("landlock");
+        }
+        if plan.isolate_net {
+            facts.layers.push("network_namespace");
+        }
+        if f.pidns {
+            facts.layers.push("pid_namespace");
+        }
+        if seccomp::programs().is_some() {
+            facts.layers.push("seccomp");
+        }
+        if plan.hook_id.is_some() {
+            facts.layers.push("uid");
+        }
+        facts
+    }
+
     /// As root: the uid the plugin's hooks run as (what a directory made
     /// for them is given to).
     pub fn hook_uid(&self) -> Option<u32> {

@@ -1,0 +1,582 @@
+//! The dashboard (`GET /` of `ctxhost serve`) in a real browser: Debian's
+//! `chromium`, headless, driven through `chromedriver` (WebDriver, with
+//! fantoccini) against a real daemon on a loopback port. Each test starts
+//! its own chromedriver on a free port and a Chromium with a fresh profile;
+//! what the page shows is checked against what the API and the plugins saw.
+//! Screenshots are kept in `<target>/tmp/dashboard/` for a human to look at.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client as Driver, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+use crate::util::http::Daemon;
+use crate::util::site::Site;
+use crate::util::{require_program, write};
+
+/// Chromium's flags: headless, and none of its own network traffic (this
+/// machine's closed network refuses those connections, which would show as
+/// errors).
+const CHROMIUM_ARGS: &[&str] = &[
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1280,800",
+];
+
+/// How long the page may take to show what a test waits for.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A headless Chromium under its own chromedriver; both stop when dropped.
+struct Browser {
+    rt: tokio::runtime::Runtime,
+    driver: Option<Driver>,
+    chromedriver: Child,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    fn start() -> Browser {
+        require_program("chromium", "chromium chromium-driver");
+        require_program("chromedriver", "chromium chromium-driver");
+        let port = free_port();
+        let chromedriver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let ready = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(ready.elapsed() < Duration::from_secs(20), "chromedriver did not listen on {port}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let profile = tempfile::tempdir().unwrap();
+        let mut args: Vec<String> = CHROMIUM_ARGS.iter().map(|a| (*a).to_owned()).collect();
+        args.push(format!("--user-data-dir={}", profile.path().display()));
+        let caps = json!({
+            "browserName": "chrome",
+            "goog:chromeOptions": {"binary": chromium_binary(), "args": args},
+            "goog:loggingPrefs": {"browser": "ALL"},
+        });
+        let Value::Object(caps) = caps else { unreachable!() };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let driver = rt
+            .block_on(
+                ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+                    .capabilities(caps)
+                    .connect(&format!("http://127.0.0.1:{port}")),
+            )
+            .expect("a chromium session through chromedriver");
+        Browser { rt, driver: Some(driver), chromedriver, _profile: profile }
+    }
+
+    fn driver(&self) -> &Driver {
+        self.driver.as_ref().unwrap()
+    }
+
+    fn open(&self, url: &str) {
+        self.rt.block_on(self.driver().goto(url)).unwrap_or_else(|e| panic!("open {url}: {e}"));
+    }
+
+    /// The first element matching `css`, once there is one.
+    fn find(&self, css: &str) -> fantoccini::elements::Element {
+        self.rt
+            .block_on(async {
+                let start = Instant::now();
+                loop {
+                    match self.driver().find(Locator::Css(css)).await {
+                        Ok(e) => return Ok(e),
+                        Err(e) if start.elapsed() > WAIT => return Err(e),
+                        Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                    }
+                }
+            })
+            .unwrap_or_else(|e| panic!("no element `{css}` within {WAIT:?}: {e}"))
+    }
+
+    /// Waits until the text of the first element matching `css` contains
+    /// `wanted`; returns that text.
+    fn wait_text(&self, css: &str, wanted: &str) -> String {
+        let start = Instant::now();
+        let mut last = String::new();
+        while start.elapsed() < WAIT {
+            if let Ok(e) = self.rt.block_on(self.driver().find(Locator::Css(css))) {
+                last = self.rt.block_on(e.text()).unwrap_or_default();
+                if last.contains(wanted) {
+                    return last;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let page =
+            self.rt.block_on(self.driver().execute("return document.body.innerText", vec![])).unwrap_or_default();
+        panic!(
+            "`{css}` never showed {wanted:?} within {WAIT:?}; it showed:\n{last}\nthe page:\n{}",
+            page.as_str().unwrap_or_default()
+        );
+    }
+
+    fn click(&self, css: &str) {
+        let e = self.find(css);
+        self.rt.block_on(e.click()).unwrap_or_else(|e| panic!("click `{css}`: {e}"));
+    }
+
+    /// Replaces the value of the input matching `css` by `text`, as typed.
+    fn type_into(&self, css: &str, text: &str) {
+        let e = self.find(css);
+        self.rt.block_on(e.clear()).unwrap();
+        self.rt.block_on(e.send_keys(text)).unwrap_or_else(|e| panic!("type into `{css}`: {e}"));
+    }
+
+    /// One key pressed and released where the focus is.
+    fn press(&self, key: fantoccini::key::Key) {
+        use fantoccini::actions::{InputSource, KeyAction, KeyActions};
+        let c: char = key.into();
+        let keys =
+            KeyActions::new("keyboard".into()).then(KeyAction::Down { value: c }).then(KeyAction::Up { value: c });
+        self.rt.block_on(self.driver().perform_actions(keys)).unwrap_or_else(|e| panic!("press {c:?}: {e}"));
+    }
+
+    fn select(&self, css: &str, value: &str) {
+        let e = self.find(css);
+        self.rt.block_on(e.select_by_value(value)).unwrap_or_else(|e| panic!("select {value} in `{css}`: {e}"));
+    }
+
+    fn js(&self, script: &str) -> Value {
+        self.rt.block_on(self.driver().execute(script, vec![])).unwrap_or_else(|e| panic!("{script}: {e}"))
+    }
+
+    /// A chromedriver command the WebDriver standard has no word for.
+    fn raw(&self, path: &'static str, body: Value) -> Value {
+        self.rt
+            .block_on(self.driver().issue_cmd(Chromedriver { path, body }))
+            .unwrap_or_else(|e| panic!("chromedriver {path}: {e}"))
+    }
+
+    /// The console's errors since the last call: uncaught exceptions,
+    /// `console.error`, failed requests (chromedriver's browser log, level
+    /// SEVERE).
+    fn console_errors(&self) -> Vec<String> {
+        let entries = self.raw("se/log", json!({"type": "browser"}));
+        entries
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["level"] == "SEVERE")
+            .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    /// A screenshot, kept as `<target>/tmp/dashboard/<name>.png`; checked to
+    /// be an image of the window's size that is not one flat colour.
+    fn screenshot(&self, name: &str) -> PathBuf {
+        let bytes = self.rt.block_on(self.driver().screenshot()).unwrap();
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{name}.png"));
+        std::fs::write(&path, &bytes).unwrap();
+        let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+        let mut reader = decoder.read_info().unwrap();
+        let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
+        let info = reader.next_frame(&mut pixels).unwrap();
+        let channels = info.color_type.samples();
+        let pixels = &pixels[..info.buffer_size()];
+        let first = &pixels[..channels];
+        let differing = pixels.chunks(channels).filter(|p| p != &first).count();
+        let total = (info.width * info.height) as usize;
+        assert!(info.width >= 300 && info.height >= 300, "{}: {}x{}", path.display(), info.width, info.height);
+        assert!(
+            differing * 100 > total * 2,
+            "{}: only {differing} of {total} pixels differ from the first: the page is blank",
+            path.display()
+        );
+        path
+    }
+
+    /// The page answered the token question with `token`.
+    fn give_token(&self, token: &str) {
+        self.find("#token-dialog[open]");
+        self.type_into("#token-input", token);
+        self.click("#token-form button[type=submit]");
+    }
+}
+
+/// `POST /session/{id}/<path>` with `body`: chromedriver's own commands.
+#[derive(Debug)]
+struct Chromedriver {
+    path: &'static str,
+    body: Value,
+}
+
+impl fantoccini::wd::WebDriverCompatibleCommand for Chromedriver {
+    fn endpoint(&self, base: &url::Url, session: Option<&str>) -> Result<url::Url, url::ParseError> {
+        base.join(&format!("session/{}/{}", session.unwrap_or_default(), self.path))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        (http::Method::POST, Some(self.body.to_string()))
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if let Some(driver) = self.driver.take() {
+            let _ = self.rt.block_on(async { tokio::time::timeout(Duration::from_secs(10), driver.close()).await });
+        }
+        let _ = self.chromedriver.kill();
+        let _ = self.chromedriver.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Debian's binary (`/usr/bin/chromium` is a wrapper script chromedriver
+/// also accepts).
+fn chromium_binary() -> String {
+    let path = std::env::var_os("PATH");
+    ctxhost::runner::process::find_on_path("chromium", path.as_deref())
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "/usr/bin/chromium".to_owned())
+}
+
+/// A bash plugin answering `ingest` with one memory naming the message, and
+/// writing `<name> heard: <message>` to stderr.
+fn memory_plugin(site: &Site, name: &str) {
+    write(
+        &site.plugin_dir(name).join("plugin.toml"),
+        &format!(
+            "name = \"{name}\"\nversion = \"1.2.3\"\n[hooks]\nruntime = \"bash\"\ningest = \"hooks/ingest.sh\"\n\
+             after_turn = \"hooks/after_turn.sh\"\n"
+        ),
+    );
+    write(
+        &site.plugin_dir(name).join("hooks/ingest.sh"),
+        &format!(
+            "cat > /dev/null\necho \"{name} heard: $LIBREFANG_MESSAGE\" >&2\n\
+             printf '{{\"memories\":[{{\"content\":\"{name} recalls %s\"}}]}}\\n' \"$LIBREFANG_MESSAGE\"\n"
+        ),
+    );
+    write(&site.plugin_dir(name).join("hooks/after_turn.sh"), "cat > /dev/null\necho '{\"type\":\"ok\"}'\n");
+}
+
+/// The context engine's stack: `names`, in order (`config.toml`).
+fn stack(site: &Site, names: &[&str]) {
+    let list: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
+    write(&site.home().join("config.toml"), &format!("[context_engine]\nplugin_stack = [{}]\n", list.join(", ")));
+}
+
+/// A plugin that cannot load: its hook script is not there.
+fn broken_plugin(site: &Site, name: &str) {
+    write(
+        &site.plugin_dir(name).join("plugin.toml"),
+        &format!(
+            "name = \"{name}\"\nversion = \"0.0.1\"\n[hooks]\nruntime = \"bash\"\ningest = \"hooks/missing.sh\"\n"
+        ),
+    );
+}
+
+fn url(daemon: &Daemon, fragment: &str) -> String {
+    format!("http://{}/{fragment}", daemon.addr)
+}
+
+#[test]
+fn the_page_shows_every_view_without_console_errors_and_lists_a_broken_plugin_with_its_error() {
+    let site = Site::new();
+    memory_plugin(&site, "notes");
+    broken_plugin(&site, "broken");
+    stack(&site, &["notes"]);
+    let daemon = site.start(&[]);
+    // A turn, so the turns view has an agent to show.
+    assert_eq!(daemon.post("/api/agents/a1/ingest", r#"{"message":"hello"}"#).status, 200);
+    let api_error = daemon.get("/api/plugins").json();
+    let api_error = api_error.as_array().unwrap().iter().find(|p| p["name"] == "broken").unwrap()["error"].clone();
+    let api_error = api_error.as_str().expect("the API reports the broken plugin's error").to_owned();
+
+    let b = Browser::start();
+    b.open(&url(&daemon, ""));
+    // The broken plugin's row says error, and the row below holds the error
+    // itself, as the API has it.
+    b.wait_text("tr[data-plugin=broken][data-status=error]", "error");
+    let shown = b.wait_text("pre[data-error-of=broken]", "missing.sh");
+    assert_eq!(shown.trim(), api_error.trim(), "the page shows the full error");
+    b.wait_text("tr[data-plugin=notes][data-status=running]", "1.2.3");
+    b.screenshot("plugins-1280x800");
+
+    // Every view, through its link.
+    for (view, shows) in [
+        ("health", "#view-health"),
+        ("logs", "#log-lines"),
+        ("turns", "#turn-agent"),
+        ("memory", "#memory-agent"),
+        ("agent", "#agent-vfs"),
+        ("plugins", "#plugin-table"),
+    ] {
+        b.click(&format!("#nav a[data-view={view}]"));
+        b.find(shows);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(b.js("return location.hash"), json!(format!("#{view}")));
+        b.screenshot(&format!("view-{view}"));
+    }
+    let errors = b.console_errors();
+    assert!(errors.is_empty(), "console errors:\n{}", errors.join("\n"));
+
+    // Keyboard: Tab from the top reaches the view links, with a visible focus ring.
+    b.open(&url(&daemon, "?keyboard#plugins"));
+    b.find("#plugin-table");
+    let mut reached = false;
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        b.press(fantoccini::key::Key::Tab);
+        let focused = b.js(
+            "const e = document.activeElement; return [e.tagName, e.textContent, getComputedStyle(e).outlineStyle]",
+        );
+        seen.push(focused.clone());
+        if focused[0] == "A" && focused[1] == "Health" {
+            assert_ne!(focused[2], "none", "the focused link shows no outline: {focused}");
+            reached = true;
+            break;
+        }
+    }
+    assert!(reached, "Tab never reached the Health link: {seen:?}");
+    b.press(fantoccini::key::Key::Enter);
+    b.find("#view-health");
+
+    // Dark mode (prefers-color-scheme): dark background, light text.
+    b.raw(
+        "goog/cdp/execute",
+        json!({"cmd": "Emulation.setEmulatedMedia", "params": {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}}),
+    );
+    b.open(&url(&daemon, "#plugins"));
+    b.find("pre[data-error-of=broken]");
+    let colours = b.js("const s = getComputedStyle(document.body); return [s.backgroundColor, s.color]");
+    let lightness = |c: &Value| -> u32 {
+        let text = c.as_str().unwrap();
+        text.trim_start_matches("rgb(").trim_end_matches(')').split(',').map(|n| n.trim().parse::<u32>().unwrap()).sum()
+    };
+    assert!(lightness(&colours[0]) < 150 && lightness(&colours[1]) > 500, "dark mode colours: {colours}");
+    b.screenshot("plugins-dark");
+    b.raw("goog/cdp/execute", json!({"cmd": "Emulation.setEmulatedMedia", "params": {"features": []}}));
+    let errors = b.console_errors();
+    assert!(errors.is_empty(), "console errors:\n{}", errors.join("\n"));
+
+    // A narrow window: nothing wider than the window, still not blank.
+    b.rt.block_on(b.driver().set_window_size(390, 844)).unwrap();
+    b.find("#plugin-table");
+    std::thread::sleep(Duration::from_millis(200));
+    let widths = b.js("return [document.documentElement.scrollWidth, window.innerWidth]");
+    assert!(widths[0].as_f64() <= widths[1].as_f64(), "the page is wider than a narrow window: {widths}");
+    b.screenshot("plugins-narrow");
+}
+
+#[test]
+fn with_a_token_the_page_asks_once_and_disabling_a_plugin_there_disables_it_for_every_client() {
+    let site = Site::new();
+    memory_plugin(&site, "notes");
+    memory_plugin(&site, "other");
+    let daemon = Daemon::start(site.home(), &["--token", "s3cret"], &[]);
+    let b = Browser::start();
+    b.open(&url(&daemon, "#plugins"));
+    b.wait_text("tr[data-plugin=notes]", "running");
+    b.click("button[data-action=disable][data-plugin=notes]");
+    // The action is guarded: the page asks for the token, then does it.
+    b.give_token("s3cret");
+    b.find("tr[data-plugin=notes][data-status=disabled]");
+    let list = daemon.get("/api/plugins").json();
+    let state = |name: &str| list.as_array().unwrap().iter().find(|p| p["name"] == name).unwrap()["state"].clone();
+    assert_eq!(state("notes"), "disabled", "{list}");
+    assert_eq!(state("other"), "loaded", "{list}");
+    // Kept for the tab: enabling again asks nothing.
+    b.click("button[data-action=enable][data-plugin=notes]");
+    b.find("tr[data-plugin=notes][data-status=running]");
+    assert_eq!(b.js("return document.getElementById('token-dialog').open"), json!(false));
+    let list = daemon.get("/api/plugins").json();
+    assert_eq!(list.as_array().unwrap().iter().find(|p| p["name"] == "notes").unwrap()["state"], "loaded");
+    let errors = b.console_errors();
+    // The one 401 that made the page ask is the only failed request.
+    assert!(errors.iter().all(|e| e.contains("401")), "console errors:\n{}", errors.join("\n"));
+}
+
+#[test]
+fn a_test_hook_round_trip_shows_the_plugins_reply_and_the_elapsed_time() {
+    let site = Site::new();
+    memory_plugin(&site, "notes");
+    let daemon = site.start(&[]);
+    let b = Browser::start();
+    b.open(&url(&daemon, "#plugins"));
+    b.click("button[data-action=test][data-plugin=notes]");
+    b.select("select[data-test-hook=notes]", "ingest");
+    // Prefilled with hooks.md's example request for ingest.
+    let editor = b.find("textarea[data-test-input=notes]");
+    let prefilled: Value = serde_json::from_str(&b.rt.block_on(editor.prop("value")).unwrap().unwrap()).unwrap();
+    assert_eq!(prefilled["type"], "ingest");
+    assert_eq!(prefilled["message"], "what did I say about jazz?");
+    b.type_into("textarea[data-test-input=notes]", r#"{"type":"ingest","agent_id":"a1","message":"round trip 42"}"#);
+    b.click("button[data-test-run=notes]");
+    let shown = b.wait_text("[data-test-result=notes]", "notes recalls round trip 42");
+    assert!(shown.contains("success"), "{shown}");
+    let elapsed = b.rt.block_on(b.find("[data-test-result=notes] .elapsed").text()).unwrap();
+    assert!(elapsed.ends_with(" ms") && elapsed != "– ms", "elapsed: {elapsed}");
+    let errors = b.console_errors();
+    assert!(errors.is_empty(), "console errors:\n{}", errors.join("\n"));
+}
+
+#[test]
+fn a_config_form_refuses_a_wrong_type_and_saves_a_right_one_firing_config_changed() {
+    let site = Site::new();
+    site.python(
+        "watcher",
+        "[agent_config]\nLIMIT = { type = \"int\", label = \"Limit\", default = 3 }\nNAME = { type = \"str\", default = \"x\" }\n",
+        &[("config_changed", "log(req)")],
+    );
+    let daemon = site.start(&[]);
+    let b = Browser::start();
+    b.open(&url(&daemon, "#agent"));
+    let limit = "form[data-config-of=watcher] [data-config-key=LIMIT]";
+    b.type_into(limit, "many");
+    b.click("form[data-config-of=watcher] button[type=submit]");
+    b.wait_text("form[data-config-of=watcher] .field[data-key=LIMIT] .field-error", "LIMIT expects an integer");
+    b.wait_text("form[data-config-of=watcher] .form-result", "Not saved");
+    let config = daemon.get("/api/plugins/watcher/config").json();
+    assert_eq!(config["values"]["LIMIT"], 3, "nothing was sent: {config}");
+    b.type_into(limit, "7");
+    b.click("form[data-config-of=watcher] button[type=submit]");
+    b.wait_text("form[data-config-of=watcher] .form-result", "Saved LIMIT");
+    let config = daemon.get("/api/plugins/watcher/config").json();
+    assert_eq!(config["values"], json!({"LIMIT": 7, "NAME": "x"}), "only the changed value was sent");
+    crate::util::within(10, "config_changed reaches the plugin", || {
+        site.log("watcher").iter().any(|l| l["key"] == "LIMIT" && l["new"] == 7)
+    });
+    assert!(!site.log("watcher").iter().any(|l| l["key"] == "NAME"), "{:?}", site.log("watcher"));
+    let errors = b.console_errors();
+    assert!(errors.is_empty(), "console errors:\n{}", errors.join("\n"));
+}
+
+#[test]
+fn the_turns_view_shows_the_memories_of_a_turn_driven_through_the_agent_api() {
+    let site = Site::new();
+    memory_plugin(&site, "notes");
+    stack(&site, &["notes"]);
+    let daemon = site.start(&[]);
+    let r = daemon.post("/api/agents/a7/ingest", r#"{"message":"jazz on sunday"}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = daemon.post("/api/agents/a7/after_turn", r#"{"messages":[{"role":"user","content":"jazz on sunday"}]}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let b = Browser::start();
+    b.open(&url(&daemon, "#turns"));
+    b.wait_text("#turn-agent", "a7");
+    let shown = b.wait_text("#turn-list", "notes recalls jazz on sunday");
+    assert!(shown.contains("from notes"), "the memory's source: {shown}");
+    assert!(shown.contains("jazz on sunday"), "{shown}");
+    b.wait_text("#turn-list table.timings", "ingest");
+    let errors = b.console_errors();
+    assert!(errors.is_empty(), "console errors:\n{}", errors.join("\n"));
+}
+
+#[test]
+fn the_stderr_tail_shows_a_line_a_hook_just_wrote_and_filters_by_plugin() {
+    let site = Site::new();
+    memory_plugin(&site, "notes");
+    memory_plugin(&site, "diary");
+    stack(&site, &["notes", "diary"]);
+    let daemon = site.start(&[]);
+    let b = Browser::start();
+    b.open(&url(&daemon, "#logs"));
+    b.find("#log-lines");
+    let r = daemon.post("/api/agents/a1/ingest", r#"{"message":"tail me 314"}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let shown = b.wait_text("#log-lines", "notes heard: tail me 314");
+    assert!(shown.contains("diary heard: tail me 314"), "{shown}");
+    b.wait_text("#log-plugin", "diary");
+    b.select("#log-plugin", "notes");
+    let r = daemon.post("/api/agents/a1/ingest", r#"{"message":"second 271"}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let shown = b.wait_text("#log-lines", "notes heard: second 271");
+    assert!(!shown.contains("diary heard"), "filtered by plugin, yet shows diary's lines:\n{shown}");
+    let errors = b.console_errors();
+    assert!(errors.is_empty(), "console errors:\n{}", errors.join("\n"));
+}
+
+/// The time from navigation to the plugin table drawn, with 100 plugins
+/// (printed; the issue's closing note reports it).
+#[test]
+fn with_100_plugins_the_table_renders_quickly() {
+    let site = Site::new();
+    for i in 0..100 {
+        memory_plugin(&site, &format!("p{i:03}"));
+    }
+    let daemon = site.start(&[]);
+    let b = Browser::start();
+    // Once for the browser's own start-up, then measured.
+    b.open(&url(&daemon, "#plugins"));
+    b.find("body[data-rendered]");
+    b.open(&url(&daemon, "?again#plugins"));
+    b.find("body[data-rendered]");
+    let ms = b.js("return performance.getEntriesByName('ctxhost:plugins-rendered')[0].startTime");
+    let ms = ms.as_f64().unwrap();
+    let rows = b.js("return document.querySelectorAll('#plugin-rows tr[data-status]').length");
+    assert_eq!(rows, json!(100));
+    eprintln!("dashboard: 100 plugins, first render {ms:.0} ms after navigation");
+    assert!(ms < 5000.0, "the table took {ms:.0} ms");
+    b.screenshot("plugins-100");
+}
+
+#[test]
+fn memory_is_searched_and_deleted_after_a_confirmation_and_a_grant_change_names_what_it_opens() {
+    let site = Site::new();
+    memory_plugin(&site, "notes");
+    let daemon = site.start(&[]);
+    let turn = json!({"messages": [
+        {"role": "user", "content": "my cat is called Miso"},
+        {"role": "user", "content": "I grow tomatoes in the garden"}]});
+    assert_eq!(daemon.post("/api/agents/m1/after_turn", &turn.to_string()).status, 200);
+    let b = Browser::start();
+    b.open(&url(&daemon, "#memory"));
+    b.type_into("#memory-agent", "m1");
+    b.type_into("#memory-q", "cat Miso");
+    b.click("form.memory-search button[type=submit]");
+    b.wait_text("#memory-results", "my cat is called Miso");
+    let id = b.rt.block_on(b.find("#memory-results li.memory").attr("data-id")).unwrap().unwrap();
+    // Cancel first: nothing is deleted.
+    b.click(&format!("button[data-delete-memory='{id}']"));
+    b.wait_text("#confirm-text", "my cat is called Miso");
+    b.click("#confirm-no");
+    assert_eq!(daemon.get("/api/memory/m1").json()["total"], 2);
+    b.click(&format!("button[data-delete-memory='{id}']"));
+    b.click("#confirm-yes");
+    b.wait_text("#view-memory .message", &format!("Deleted memory {id}"));
+    let left = daemon.get("/api/memory/m1").json();
+    assert_eq!(left["total"], 1, "{left}");
+    assert_eq!(left["memories"][0]["content"], "I grow tomatoes in the garden");
+
+    // A grant: the confirmation names what it opens; nothing changes before "Change grant".
+    b.open(&url(&daemon, "#plugins"));
+    b.click("button[data-action=grant][data-plugin=notes]");
+    b.click("input[data-grant-network=notes]");
+    b.type_into("input[data-grant-env=notes]", "NOTES_KEY");
+    b.click("tr.expand[data-plugin=notes] form.grant button[type=submit]");
+    let asked = b.wait_text("#confirm-text", "network access");
+    assert!(asked.contains("host variable NOTES_KEY"), "{asked}");
+    let grant = |d: &Daemon| {
+        let list = d.get("/api/plugins").json();
+        list.as_array().unwrap().iter().find(|p| p["name"] == "notes").unwrap()["grants"].clone()
+    };
+    assert_ne!(grant(&daemon)["network"], json!(true), "recorded before the confirmation");
+    b.click("#confirm-yes");
+    b.wait_text("tr.expand[data-plugin=notes] .grant-result", "Grant changed");
+    let g = grant(&daemon);
+    assert_eq!((&g["network"], &g["env"]), (&json!(true), &json!(["NOTES_KEY"])), "{g}");
+    let errors = b.console_errors();
+    assert!(errors.is_empty(), "console errors:\n{}", errors.join("\n"));
+}
