@@ -404,3 +404,295 @@ fn the_sandbox_still_denies() {
         assert!(!target.exists());
     }
 }
+
+/// The rest of the python examples: python-worker run one-shot (its script
+/// answers one line and exits when stdin ends) and the demo's
+/// shorten-results (`transform_tool_result`), through both paths: the same
+/// replies and files. guard-python is a `jsonrpc` worker: never a fork
+/// server (workers are not one-shot calls), and it answers as before.
+#[test]
+fn the_other_python_examples_and_the_demo_plugin_agree_through_both_paths() {
+    let rt = rt();
+    let config = HostConfig::default();
+    let long: String = (0..60).map(|i| format!("line {i} of a verbose tool result\n")).collect();
+    type Case = (&'static str, Vec<(HookName, Value)>);
+    let cases: Vec<Case> = vec![
+        (
+            "python-worker",
+            vec![
+                (
+                    HookName::AfterTurn,
+                    json!({"agent_id": "a1", "messages": [{"role": "user", "content": "My garden has heirloom tomatoes"}]}),
+                ),
+                (HookName::Ingest, json!({"agent_id": "a1", "message": "Tell me about my garden", "peer_id": null})),
+                (HookName::Ingest, json!({"agent_id": "a1", "message": "zebras", "peer_id": null})),
+            ],
+        ),
+        (
+            "demo/shorten-results",
+            vec![
+                (HookName::TransformToolResult, json!({"agent_id": "a1", "tool_name": "t", "result": long})),
+                (HookName::TransformToolResult, json!({"agent_id": "a1", "tool_name": "t", "result": "short"})),
+            ],
+        ),
+    ];
+    for (name, calls) in &cases {
+        let mut seen = Vec::new();
+        for off in [true, false] {
+            let p = example(name);
+            let manifest = p.dir.join("plugin.toml");
+            let mut text = std::fs::read_to_string(&manifest).unwrap();
+            text = text.replace("persistent_subprocess = true", "persistent_subprocess = false");
+            if off {
+                text = text.replacen("[hooks]\n", "[hooks]\nforkserver = false\n", 1);
+            }
+            std::fs::write(&manifest, text).unwrap();
+            let (runner, metrics) = load_with(&p.dir, &p.home, &config);
+            let replies: Vec<String> =
+                calls.iter().map(|(hook, body)| shown(&call(&rt, &runner, *hook, body.clone()))).collect();
+            assert_eq!(runner.forkserver_pid().is_some(), !off, "{name}");
+            assert_eq!(fallbacks(&metrics, &runner.plugin().manifest.name), 0, "{name}");
+            seen.push((replies, files(&p.home).join("\n"), dir_files(&p.dir)));
+        }
+        assert_eq!(seen[0].0, seen[1].0, "{name}: replies differ");
+        assert_eq!(seen[0].1, seen[1].1, "{name}: home files differ");
+        assert_eq!(seen[0].2, seen[1].2, "{name}: plugin dir files differ");
+        assert!(seen[0].0.iter().all(|r| r.starts_with("ok ")), "{name}: {:?}", seen[0].0);
+    }
+    // The effect is there: the worker recalled, the long result was cut.
+    let p = example("demo/shorten-results");
+    let (runner, _) = load_with(&p.dir, &p.home, &config);
+    let r =
+        call(&rt, &runner, HookName::TransformToolResult, json!({"agent_id": "a1", "tool_name": "t", "result": long}))
+            .unwrap();
+    assert!(r.to_string().contains("line 0 of") && !r.to_string().contains("line 59 of"), "{r}");
+
+    let guard = example("guard-python");
+    let (runner, _) = load_with(&guard.dir, &guard.home, &config);
+    let r = call(&rt, &runner, HookName::MemoryWritePre, json!({"content": "mail me at a@b.example", "metadata": {}}))
+        .unwrap();
+    assert_eq!(r["action"], "replace", "{r}");
+    assert!(runner.forkserver_pid().is_none(), "a worker plugin has no fork server");
+    rt.block_on(runner.shutdown());
+}
+
+/// `ctxhost hook` runs one call per process: it spawns the hook, as it
+/// always did, and starts no fork server — none among its processes while
+/// the hook runs, and the hook's interpreter has none of the preloaded
+/// modules a fork-server child starts with.
+#[test]
+fn ctxhost_hook_spawns_its_one_call_without_a_fork_server() {
+    let script = "import sys, json, time\npre = sorted(m for m in ('inspect', 'dataclasses', 'logging') if m in sys.modules)\ntime.sleep(1.5)\nprint(json.dumps({'type': 'ingest_result', 'memories': [{'content': 'pre=%s' % ','.join(pre)}]}))\n";
+    let p = python_plugin("single", script, "");
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("ctxhost"))
+        .env_remove("RUST_LOG")
+        .env_remove("CTXHOST_HOME")
+        .env_remove("CTXHOST_PLUGINS_DIR")
+        .arg("--home")
+        .arg(&p.home)
+        .args(["hook", p.dir.to_str().unwrap(), "ingest"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(ingest("x").to_string().as_bytes()).unwrap();
+    }
+    let host = child.id() as i32;
+    let script_path = p.dir.join("hooks/ingest.py");
+    let script_path = script_path.to_str().unwrap();
+    // The hook's interpreter among ctxhost's processes (so the look is not
+    // blind), and no fork server there.
+    let mut saw_hook = false;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !saw_hook && std::time::Instant::now() < deadline {
+        for pid in descendants(host) {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let text = String::from_utf8_lossy(&cmdline);
+            assert!(!text.contains("fork server"), "a fork server runs under `ctxhost hook`: {text}");
+            saw_hook |= text.contains(script_path);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(saw_hook, "the hook's interpreter was never seen among ctxhost's processes");
+    let reply: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reply["memories"][0]["content"], "pre=", "{reply}");
+}
+
+/// ctxhost SIGKILLed while a hook runs through its fork server: the server
+/// and the hook's process are gone (by pid), nothing of the plugin is left.
+#[test]
+fn a_sigkilled_host_leaves_neither_the_fork_server_nor_the_hook() {
+    let site = crate::util::site::Site::new();
+    let dir = site.plugin_dir("stuck");
+    std::fs::create_dir_all(dir.join("hooks")).unwrap();
+    std::fs::write(
+        dir.join("plugin.toml"),
+        "name = \"stuck\"\nversion = \"0.1.0\"\n[hooks]\nruntime = \"python\"\nhook_timeout_secs = 120\ningest = \"hooks/ingest.py\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("hooks/ingest.py"),
+        "import sys, json, time\nif 'hang' in sys.stdin.readline():\n    time.sleep(120)\nprint(json.dumps({'type': 'ingest_result', 'memories': []}))\n",
+    )
+    .unwrap();
+    std::fs::write(site.home().join("config.toml"), "[context_engine]\nplugin_stack = [\"stuck\"]\n").unwrap();
+    let d = site.start(&[]);
+    let r = d.post("/api/agents/a1/ingest", &json!({"message": "warm"}).to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    let addr = d.addr.clone();
+    // The hanging call, never answered.
+    let hanging = std::thread::spawn(move || {
+        crate::util::http::request(&addr, "POST", "/api/agents/a1/ingest", Some(r#"{"message":"hang"}"#), &[])
+    });
+    // The server and its call's child: python processes with the server's
+    // code in their argv (a forked child keeps it), below the daemon.
+    let host = d.pid();
+    let forked = || -> Vec<i32> {
+        descendants(host)
+            .into_iter()
+            .filter(|pid| {
+                String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default())
+                    .contains("fork server")
+            })
+            .collect()
+    };
+    within(20, "the fork server and the hanging call's child", || forked().len() >= 2);
+    let pids = forked();
+    // SAFETY: kill(2) with the pid of our own child, not reaped yet.
+    unsafe { libc::kill(host, libc::SIGKILL) };
+    drop(d);
+    let _ = hanging.join();
+    within(5, "the fork server and the hook to be gone", || pids.iter().all(|p| is_dead(*p)));
+}
+
+/// This module again as uid 65534 (when the tests run as root): the fork
+/// server started as an unprivileged daemon's would be, the same answers.
+#[test]
+fn the_fork_server_suite_passes_as_an_unprivileged_user() {
+    crate::util::nobody::rerun_as_nobody(
+        "forkserver::",
+        &["forkserver::the_fork_server_suite_passes_as_an_unprivileged_user"],
+        &[
+            "guest-examples/python-memory",
+            "guest-examples/python-worker",
+            "guest-examples/demo",
+            "guest-examples/guard-python",
+            "tests/fixtures",
+        ],
+        10,
+    );
+}
+
+/// `ctxhost doctor` (JSON and text) and `GET /api/plugins` say whether a
+/// python plugin's hooks run through a fork server, and why not; a plugin
+/// of another runtime has no such field.
+#[test]
+fn doctor_and_the_catalog_say_whether_hooks_run_through_a_fork_server() {
+    use crate::util::http::Client;
+    let site = crate::util::site::Site::new();
+    let hook = "import json\nprint(json.dumps({'type': 'ingest_result', 'memories': []}))\n";
+    for (name, extra) in
+        [("fs-on", ""), ("fs-off", "forkserver = false\n"), ("fs-worker", "persistent_subprocess = true\n")]
+    {
+        let dir = site.plugin_dir(name);
+        std::fs::create_dir_all(dir.join("hooks")).unwrap();
+        std::fs::write(dir.join("hooks/ingest.py"), hook).unwrap();
+        std::fs::write(
+            dir.join("plugin.toml"),
+            format!("name = \"{name}\"\nversion = \"0.1.0\"\n[hooks]\nruntime = \"python\"\n{extra}ingest = \"hooks/ingest.py\"\n"),
+        )
+        .unwrap();
+    }
+    let dir = site.plugin_dir("sh");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.sh"), "echo '{}'\n").unwrap();
+    std::fs::write(
+        dir.join("plugin.toml"),
+        "name = \"sh\"\nversion = \"1\"\n[hooks]\nruntime = \"bash\"\ningest = \"a.sh\"\n",
+    )
+    .unwrap();
+    let doctor = |json: bool| {
+        let mut cmd = crate::util::ctxhost();
+        cmd.arg("--home").arg(site.home()).arg("doctor");
+        if json {
+            cmd.arg("--json");
+        }
+        String::from_utf8(cmd.assert().success().get_output().stdout.clone()).unwrap()
+    };
+    let by_name = |plugins: &Value| -> std::collections::BTreeMap<String, Value> {
+        plugins
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["name"].as_str().unwrap().to_owned(), p.get("forkserver").cloned().unwrap_or(Value::Null)))
+            .collect()
+    };
+    let report: Value = serde_json::from_str(&doctor(true)).unwrap();
+    let f = by_name(&report["plugins"]);
+    assert_eq!(f["fs-on"], json!({"used": true}), "{report}");
+    assert_eq!(f["fs-off"], json!({"used": false, "why_not": "`forkserver = false` in the plugin's [hooks]"}));
+    assert_eq!(f["fs-worker"]["used"], false);
+    assert!(f["fs-worker"]["why_not"].as_str().unwrap().contains("persistent worker"), "{}", f["fs-worker"]);
+    assert_eq!(f["sh"], Value::Null, "a bash plugin has no fork server field");
+    let text = doctor(false);
+    let after = |name: &str| text.lines().skip_while(|l| !l.trim_start().starts_with(name)).nth(1).unwrap_or("").trim();
+    assert_eq!(after("fs-on "), "its hooks run through a fork server", "{text}");
+    assert!(text.contains("no fork server: `forkserver = false` in the plugin's [hooks]"), "{text}");
+
+    // Off host-wide: every python one-shot says so, in the catalog too.
+    std::fs::write(site.home().join("config.toml"), "[runner]\npython_forkserver = false\n").unwrap();
+    let routes = site.routes();
+    let listed = routes.get("/api/plugins").json();
+    let f = by_name(if listed.is_array() { &listed } else { &listed["plugins"] });
+    assert_eq!(
+        f["fs-on"],
+        json!({"used": false, "why_not": "`[runner] python_forkserver = false` in config.toml"}),
+        "{listed}"
+    );
+    assert_eq!(f["sh"], Value::Null);
+}
+
+/// `max_memory_mb` through the fork server is per call, as for a spawned
+/// hook: each call's child is moved into a cgroup of its own (not the
+/// server's) before it runs the script; a call over the limit is stopped,
+/// the next one runs on the same server.
+#[test]
+fn a_per_call_memory_limit_binds_through_the_fork_server() {
+    if !ctxhost::runner::process::sandbox::features().memory_limit.starts_with("cgroup") {
+        eprintln!("no memory cgroup here: the limit is an rlimit, per process already");
+        return;
+    }
+    let rt = rt();
+    let script = "import json, os, sys\nsys.stdin.readline()\nmb = int(os.environ['LIBREFANG_MESSAGE'])\n\
+cg = sorted(l for l in open('/proc/self/cgroup').read().splitlines() if ':memory:' in l or l.startswith('0::'))\n\
+b = bytearray(mb * 1024 * 1024)\nfor i in range(0, len(b), 4096):\n    b[i] = 1\n\
+print(json.dumps({'type': 'ingest_result', 'memories': [], 'cg': cg, 'built': len(b)}))\n";
+    let p = python_plugin("capped", script, "");
+    let manifest = std::fs::read_to_string(p.dir.join("plugin.toml")).unwrap();
+    std::fs::write(p.dir.join("plugin.toml"), manifest.replacen("[hooks]", "max_memory_mb = 64\n[hooks]", 1)).unwrap();
+    let (runner, metrics) = load_with(&p.dir, &p.home, &HostConfig::default());
+    let small = call(&rt, &runner, HookName::Ingest, ingest("8")).unwrap();
+    let server = runner.forkserver_pid().unwrap();
+    let server_cg: Vec<String> = std::fs::read_to_string(format!("/proc/{server}/cgroup"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(":memory:") || l.starts_with("0::"))
+        .map(str::to_owned)
+        .collect();
+    let cg: Vec<String> = small["cg"].as_array().unwrap().iter().map(|l| l.as_str().unwrap().to_owned()).collect();
+    assert!(cg.iter().any(|l| l.contains("ctxhost-")), "the call runs in a cgroup of its own: {cg:?}");
+    let own: Vec<&String> = cg.iter().filter(|l| l.contains("ctxhost-")).collect();
+    assert!(own.iter().all(|l| !server_cg.contains(l)), "not the server's: {cg:?} vs {server_cg:?}");
+    let second = call(&rt, &runner, HookName::Ingest, ingest("8")).unwrap();
+    assert_ne!(second["cg"], small["cg"], "a fresh cgroup per call");
+    let big = call(&rt, &runner, HookName::Ingest, ingest("300"));
+    assert!(big.is_err(), "300 MB under a 64 MB limit: {big:?}");
+    assert_eq!(call(&rt, &runner, HookName::Ingest, ingest("8")).unwrap()["built"], 8 * 1024 * 1024);
+    assert_eq!(runner.forkserver_pid(), Some(server), "the server lives on");
+    assert_eq!(fallbacks(&metrics, "capped"), 0, "every call went through the fork server");
+}

@@ -82,6 +82,13 @@ fn write_text(out: &mut impl Write, report: &DoctorReport, home: &Home) -> std::
             (State::Loaded, _) => "ok".to_owned(),
         };
         writeln!(out, "  {:<20} {:<7} {state}", p.name, p.runtime)?;
+        if let (State::Loaded, Some(f)) = (p.state, &p.forkserver) {
+            let how = match &f.why_not {
+                None => "its hooks run through a fork server".to_owned(),
+                Some(why) => format!("no fork server: {why}"),
+            };
+            writeln!(out, "  {:<20} {:<7} {how}", "", "")?;
+        }
         for w in &p.warnings {
             writeln!(out, "  {:<20} {:<7} warning: {w}", "", "")?;
         }

@@ -66,8 +66,11 @@ pub fn exec(args: HookArgs, home: &Home) -> CliResult {
     warn_unknown_fields(hook, &request);
     let request = HookRequest::from_json(hook, request)?;
 
-    let (config, warnings) = HostConfig::load(home.config_file())?;
+    let (mut config, warnings) = HostConfig::load(home.config_file())?;
     show_warnings(&warnings);
+    // One call per process: a fork server would only add its own start to
+    // the call's (issue 18), so the hook is spawned as it always was.
+    config.runner.python_forkserver = false;
     let cx = LoadContext { home, config: &config, host_env: &LoadContext::process_env };
     // What an interrupted call or daemon left in the temp dir goes first.
     crate::runner::process::tmp::remove_stale_in_temp_dir();

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 pub(crate) use status::Peek;
-pub use status::{Kind, PluginStatus, State};
+pub use status::{ForkserverUse, Kind, PluginStatus, State};
 
 use crate::app::registry;
 use crate::faust::deps::Install;
@@ -446,6 +446,10 @@ pub fn load_one(name: &str, cx: &LoadContext<'_>, options: &Options) -> Entry {
     status.hooks = plugin.hooks.iter().map(|h| h.as_str().to_owned()).collect();
     status.warnings = plugin.warnings.clone();
     status.kind = kind_of(&plugin, &peek);
+    if status.kind != Kind::Faustbot {
+        status.forkserver =
+            crate::runner::process::forkserver_decision(&plugin.settings, &cx.config.runner).map(ForkserverUse::of);
+    }
     status.install_hint = runtime_info(&plugin.settings.runtime).install_hint.to_owned();
     entry.agent_candidate = crate::agent::engine::AgentPlugin::takes_part(&plugin);
     let ready = plugin.runner.ready();
@@ -562,6 +566,8 @@ fn load_manual(hooks: &toml::Table, cx: &LoadContext<'_>) -> Entry {
             status.hooks = plugin.hooks.iter().map(|h| h.as_str().to_owned()).collect();
             status.warnings = plugin.warnings.clone();
             status.kind = kind_of(&plugin, &peek);
+            status.forkserver =
+                crate::runner::process::forkserver_decision(&plugin.settings, &cx.config.runner).map(ForkserverUse::of);
             status.install_hint = runtime_info(&plugin.settings.runtime).install_hint.to_owned();
             status.runtime_available = !launcher_missing;
             match plugin.runner.ready() {

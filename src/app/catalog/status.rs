@@ -76,10 +76,32 @@ pub struct PluginStatus {
     pub in_stack: bool,
     /// A member of the agent loop.
     pub in_agent_loop: bool,
+    /// A Python script plugin: whether its one-shot hooks run through a
+    /// fork server, and why not when not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forkserver: Option<ForkserverUse>,
     /// `sha256:<hex>` over the files that define it (`content.rs`): what
     /// instances on one store compare.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content_hash: Option<String>,
+}
+
+/// Whether a Python plugin's one-shot hooks run through its fork server.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ForkserverUse {
+    pub used: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why_not: Option<String>,
+}
+
+impl ForkserverUse {
+    /// From the runner's decision (`runner::process::forkserver_decision`).
+    pub fn of(decision: Result<(), &str>) -> ForkserverUse {
+        match decision {
+            Ok(()) => ForkserverUse { used: true, why_not: None },
+            Err(why) => ForkserverUse { used: false, why_not: Some(why.to_owned()) },
+        }
+    }
 }
 
 impl PluginStatus {
@@ -106,6 +128,7 @@ impl PluginStatus {
             missing_binaries: Vec::new(),
             in_stack: false,
             in_agent_loop: false,
+            forkserver: None,
             content_hash: None,
         }
     }

@@ -5,6 +5,7 @@
 //! one process call and its reply. It never interprets the reply beyond the
 //! stdout rule; typed reply handling is the engine's.
 
+mod capture;
 mod env;
 mod exit;
 mod forkserver;
@@ -29,7 +30,7 @@ use serde_json::Value;
 
 pub use env::{EnvInputs, EnvPlan};
 pub use exit::label as exit_label;
-pub use forkserver::PRELOAD as FORKSERVER_PRELOAD;
+pub use forkserver::{PRELOAD as FORKSERVER_PRELOAD, decision as forkserver_decision};
 pub use launcher::{CommandLine, Launcher, RuntimeInfo, find_on_path, info as runtime_info};
 pub use oneshot::DEFAULT_OUTPUT_CAP;
 pub use plan::{env_plan, system_launcher};
@@ -333,6 +334,13 @@ impl ProcessRunner {
             let base = forkserver::base_env(&probe);
             let lease = server.lease(command, &manifest.dir, &base, &self.plugin.confinement, fresh).await?;
             let env = self.plugin.env.for_call(request, &overrides, &lease.tmpdir.0);
+            // The call's own cgroup, as a spawned hook would get (its limits
+            // per call, killed with the call); removed when this drops.
+            let (_cgroup, join) = self
+                .plugin
+                .confinement
+                .call_cgroup()
+                .map_err(|e| forkserver::Unavailable::Start(format!("cannot make the call's cgroup: {e}")))?;
             let result = forkserver::run(forkserver::ForkCall {
                 control: &lease.control,
                 script,
@@ -343,6 +351,7 @@ impl ProcessRunner {
                 output_cap: self.output_cap,
                 plugin: &manifest.name,
                 hook: request.hook(),
+                cgroup: &join,
             })
             .await;
             drop(lease);

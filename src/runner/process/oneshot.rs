@@ -17,8 +17,7 @@ use std::path::Path;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
+use super::capture::{self, Capture, Stopped};
 use super::exit;
 use super::launcher::CommandLine;
 use crate::protocol::HookName;
@@ -26,12 +25,6 @@ use crate::runner::HookError;
 
 /// Default per-stream cap: 1 MiB.
 pub const DEFAULT_OUTPUT_CAP: usize = 1024 * 1024;
-
-/// How much of stderr is kept for an error message.
-const STDERR_TAIL: usize = 4096;
-
-/// A stderr line longer than this is logged in pieces.
-const MAX_LOG_LINE: usize = 16 * 1024;
 
 /// Everything one process call needs.
 pub struct OneShot<'a> {
@@ -118,83 +111,46 @@ pub async fn run(call: OneShot<'_>) -> Result<Finished, HookError> {
         return Err(HookError::Io(std::io::Error::other("hook pipes were not set up")));
     };
 
-    let write = feed(stdin, call.stdin);
-    tokio::pin!(write);
     let deadline = tokio::time::sleep(call.timeout);
     tokio::pin!(deadline);
-
-    let mut out = Vec::new();
-    let mut err = StderrLog::new(call.plugin, call.hook);
-    let mut out_buf = vec![0u8; 64 * 1024];
-    let mut err_buf = vec![0u8; 16 * 1024];
-    let (mut out_open, mut err_open, mut writing) = (true, true, true);
-    let over_cap = |stream| HookError::OutputCap { stream, cap: call.output_cap };
-
-    let reaped = loop {
-        tokio::select! {
-            () = &mut write, if writing => writing = false,
-            r = stdout.read(&mut out_buf), if out_open => match r {
-                Ok(0) | Err(_) => out_open = false,
-                Ok(n) => {
-                    out.extend_from_slice(&out_buf[..n]);
-                    if out.len() > call.output_cap {
-                        group.kill();
-                        return Err(over_cap("stdout"));
-                    }
-                }
-            },
-            r = stderr.read(&mut err_buf), if err_open => match r {
-                Ok(0) | Err(_) => err_open = false,
-                Ok(n) => {
-                    err.feed(&err_buf[..n]);
-                    if err.total > call.output_cap {
-                        group.kill();
-                        return Err(over_cap("stderr"));
-                    }
-                }
-            },
-            () = exit.exited(), if exit.available() => break None,
-            status = child.wait(), if !exit.available() => break Some(status?),
-            () = &mut deadline => {
-                group.kill();
-                let _ = child.wait().await;
-                group.disarm();
-                return Err(HookError::Timeout { secs: call.timeout.as_secs() });
-            }
+    let mut capture = Capture::new(call.plugin, call.hook, call.output_cap);
+    let exited = async {
+        if exit.available() {
+            exit.exited().await;
+            Ok(None)
+        } else {
+            child.wait().await.map(Some)
+        }
+    };
+    let pumped = capture::pump(&mut capture, stdin, call.stdin, &mut stdout, &mut stderr, exited, deadline).await;
+    let reaped = match pumped {
+        Ok(reaped) => reaped,
+        Err(Stopped::Cap(e)) => {
+            group.kill();
+            return Err(e);
+        }
+        Err(Stopped::Io(e)) => return Err(HookError::Io(e)),
+        Err(Stopped::Timeout) => {
+            group.kill();
+            let _ = child.wait().await;
+            group.disarm();
+            return Err(HookError::Timeout { secs: call.timeout.as_secs() });
         }
     };
 
     // The hook has exited: everything it wrote is already in the pipes. What
     // is left of its group are leftovers; kill them, then take what the pipes
-    // hold without blocking (and never more than the cap, in case something
-    // outside the group keeps writing).
+    // hold without blocking.
     group.kill();
-    let cap = call.output_cap;
-    if out_open {
-        drain(stdout.as_raw_fd(), |chunk| {
-            out.extend_from_slice(chunk);
-            out.len() <= cap
-        });
-    }
-    if err_open {
-        drain(stderr.as_raw_fd(), |chunk| {
-            err.feed(chunk);
-            err.total <= cap
-        });
-    }
+    let capped = capture.drain_rest(stdout.as_raw_fd(), stderr.as_raw_fd());
     // Only now reap the hook (at once: it has exited), then the guard is done.
     let status = match reaped {
         Some(status) => status,
         None => child.wait().await?,
     };
     group.disarm();
-    if out.len() > cap {
-        return Err(over_cap("stdout"));
-    }
-    if err.total > cap {
-        return Err(over_cap("stderr"));
-    }
-    Ok(Finished { status, stdout: out, stderr_tail: err.finish() })
+    capped?;
+    Ok(Finished { status, stdout: capture.stdout, stderr_tail: capture.stderr.finish() })
 }
 
 /// Tells when the hook has exited **without reaping it** (a pidfd turns
@@ -232,95 +188,5 @@ impl ExitWatch {
             }
             None => std::future::pending().await,
         }
-    }
-}
-
-/// Writes the request and closes stdin. A hook that never reads its stdin
-/// (EPIPE) is fine: its answer decides.
-async fn feed(mut stdin: tokio::process::ChildStdin, bytes: &[u8]) {
-    if let Err(e) = stdin.write_all(bytes).await
-        && e.kind() != std::io::ErrorKind::BrokenPipe
-    {
-        tracing::debug!("writing the hook request failed: {e}");
-    }
-    drop(stdin);
-}
-
-/// Reads what is available on a pipe right now, without waiting, until the
-/// pipe is empty or closed, or `sink` says stop.
-pub(super) fn drain(fd: RawFd, mut sink: impl FnMut(&[u8]) -> bool) {
-    let mut buf = [0u8; 16 * 1024];
-    // SAFETY: `fd` is an open pipe owned by the caller for the whole call;
-    // fcntl/read on it have no memory-safety preconditions beyond a valid buffer.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        if flags >= 0 {
-            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
-        }
-        loop {
-            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
-            if n > 0 {
-                if !sink(&buf[..n as usize]) {
-                    break;
-                }
-            } else if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            } else {
-                break; // EOF, or EAGAIN: nothing more without waiting.
-            }
-        }
-    }
-}
-
-/// Streams stderr to tracing line by line (target `plugin_stderr`) and keeps
-/// a tail for error messages.
-pub(super) struct StderrLog<'a> {
-    plugin: &'a str,
-    hook: HookName,
-    partial: Vec<u8>,
-    tail: Vec<u8>,
-    total: usize,
-}
-
-impl<'a> StderrLog<'a> {
-    pub(super) fn new(plugin: &'a str, hook: HookName) -> Self {
-        StderrLog { plugin, hook, partial: Vec::new(), tail: Vec::new(), total: 0 }
-    }
-
-    pub(super) fn feed(&mut self, chunk: &[u8]) {
-        self.total += chunk.len();
-        self.tail.extend_from_slice(chunk);
-        if self.tail.len() > 2 * STDERR_TAIL {
-            self.tail.drain(..self.tail.len() - STDERR_TAIL);
-        }
-        self.partial.extend_from_slice(chunk);
-        while let Some(pos) = self.partial.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.partial.drain(..=pos).collect();
-            self.emit(&line[..line.len() - 1]);
-        }
-        if self.partial.len() > MAX_LOG_LINE {
-            let line = std::mem::take(&mut self.partial);
-            self.emit(&line);
-        }
-    }
-
-    fn emit(&self, line: &[u8]) {
-        let line = String::from_utf8_lossy(line);
-        let line = line.trim_end_matches('\r');
-        tracing::info!(target: "plugin_stderr", plugin = self.plugin, hook = %self.hook, "{line}");
-    }
-
-    /// Bytes of stderr seen so far.
-    pub(super) fn total(&self) -> usize {
-        self.total
-    }
-
-    pub(super) fn finish(mut self) -> String {
-        if !self.partial.is_empty() {
-            let line = std::mem::take(&mut self.partial);
-            self.emit(&line);
-        }
-        let start = self.tail.len().saturating_sub(STDERR_TAIL);
-        String::from_utf8_lossy(&self.tail[start..]).trim().to_owned()
     }
 }

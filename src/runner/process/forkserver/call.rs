@@ -19,9 +19,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::super::oneshot::{Finished, StderrLog, drain};
+use super::super::capture::{self, Capture, Stopped};
+use super::super::oneshot::Finished;
 use super::{Unavailable, hand_over, wire};
 use crate::protocol::HookName;
 use crate::runner::HookError;
@@ -39,6 +39,9 @@ pub(in crate::runner::process) struct ForkCall<'a> {
     pub output_cap: usize,
     pub plugin: &'a str,
     pub hook: HookName,
+    /// The `cgroup.procs` files of the call's own cgroup (empty: none): the
+    /// child waits until the host has moved it in.
+    pub cgroup: &'a [OwnedFd],
 }
 
 /// Kills the hook when dropped: every exit path of a call. After the hook
@@ -85,6 +88,7 @@ fn header(call: &ForkCall<'_>) -> Result<Vec<u8>, Unavailable> {
         "script": text(call.script.as_os_str())?,
         "argv": argv,
         "env": env,
+        "go": !call.cgroup.is_empty(),
     });
     serde_json::to_vec(&json).map_err(|e| Unavailable::Unfit(e.to_string()))
 }
@@ -132,7 +136,35 @@ pub(in crate::runner::process) async fn run(call: ForkCall<'_>) -> Result<Result
         return Err(Unavailable::Gone(std::io::Error::other(format!("unexpected answer {reply}"))));
     }
     let hook = HookKill(started.fds.into_iter().next());
+    if !call.cgroup.is_empty() {
+        // Into the call's cgroup before it runs the script, or not at all
+        // (dropping `hook` kills it): never unconfined.
+        join_cgroup(&hook, call.cgroup)
+            .and_then(|()| wire::send(socket.get_ref().as_raw_fd(), b"g", &[]))
+            .map_err(|e| Unavailable::Unfit(format!("cannot move the hook into its cgroup: {e}")))?;
+    }
     Ok(drive(call, socket, hook, deadline.as_mut(), in_w, out_r, err_r).await)
+}
+
+/// Writes the hook's pid (in the host's pid namespace: the pidfd's, as
+/// this process's `/proc` shows it) to each `cgroup.procs`.
+fn join_cgroup(hook: &HookKill, procs: &[OwnedFd]) -> std::io::Result<()> {
+    let Some(pidfd) = &hook.0 else { return Err(std::io::Error::other("the server sent no pidfd")) };
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd()))?;
+    let pid = info
+        .lines()
+        .find_map(|l| l.strip_prefix("Pid:"))
+        .map(str::trim)
+        .filter(|p| p.parse::<u32>().is_ok_and(|p| p > 0))
+        .ok_or_else(|| std::io::Error::other("the hook's pid is not in its pidfd's fdinfo"))?;
+    for fd in procs {
+        // SAFETY: write(2) of a local buffer to an fd we own.
+        let n = unsafe { libc::write(fd.as_raw_fd(), pid.as_ptr().cast(), pid.len()) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// The started call to its end.
@@ -148,91 +180,43 @@ async fn drive(
     let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(in_w)?;
     let mut stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(out_r)?;
     let mut stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(err_r)?;
-    let write = feed(stdin, call.stdin);
-    tokio::pin!(write);
-
-    let mut out = Vec::new();
-    let mut err = StderrLog::new(call.plugin, call.hook);
-    let mut out_buf = vec![0u8; 64 * 1024];
-    let mut err_buf = vec![0u8; 16 * 1024];
-    let (mut out_open, mut err_open, mut writing) = (true, true, true);
-    let over_cap = |stream| HookError::OutputCap { stream, cap: call.output_cap };
-
-    let status = loop {
-        tokio::select! {
-            () = &mut write, if writing => writing = false,
-            r = stdout.read(&mut out_buf), if out_open => match r {
-                Ok(0) | Err(_) => out_open = false,
-                Ok(n) => {
-                    out.extend_from_slice(&out_buf[..n]);
-                    if out.len() > call.output_cap {
-                        hook.kill();
-                        return Err(over_cap("stdout"));
-                    }
-                }
-            },
-            r = stderr.read(&mut err_buf), if err_open => match r {
-                Ok(0) | Err(_) => err_open = false,
-                Ok(n) => {
-                    err.feed(&err_buf[..n]);
-                    if err.total() > call.output_cap {
-                        hook.kill();
-                        return Err(over_cap("stderr"));
-                    }
-                }
-            },
-            m = next_message(&socket) => {
-                let m = m?;
-                let status = serde_json::from_slice::<serde_json::Value>(&m.bytes)
-                    .ok()
-                    .and_then(|v| v.get("status").and_then(serde_json::Value::as_i64))
-                    .and_then(|s| i32::try_from(s).ok());
-                break status;
-            }
-            () = &mut deadline => {
-                hook.kill();
-                return Err(HookError::Timeout { secs: call.timeout.as_secs() });
-            }
+    let mut capture = Capture::new(call.plugin, call.hook, call.output_cap);
+    // The server sends the wait status once it has reaped the hook.
+    let exited = async {
+        let m = next_message(&socket).await?;
+        Ok(serde_json::from_slice::<serde_json::Value>(&m.bytes)
+            .ok()
+            .and_then(|v| v.get("status").and_then(serde_json::Value::as_i64))
+            .and_then(|s| i32::try_from(s).ok()))
+    };
+    let pumped =
+        capture::pump(&mut capture, stdin, call.stdin, &mut stdout, &mut stderr, exited, deadline.as_mut()).await;
+    let status = match pumped {
+        Ok(status) => status,
+        Err(Stopped::Cap(e)) => {
+            hook.kill();
+            return Err(e);
+        }
+        Err(Stopped::Io(e)) => return Err(HookError::Io(e)),
+        Err(Stopped::Timeout) => {
+            hook.kill();
+            return Err(HookError::Timeout { secs: call.timeout.as_secs() });
         }
     };
     // The server has reaped the hook, killed its group and what it left:
     // everything it wrote is in the pipes. Take it without waiting, capped.
-    let cap = call.output_cap;
-    if out_open {
-        drain(stdout.as_raw_fd(), |chunk| {
-            out.extend_from_slice(chunk);
-            out.len() <= cap
-        });
-    }
-    if err_open {
-        drain(stderr.as_raw_fd(), |chunk| {
-            err.feed(chunk);
-            err.total() <= cap
-        });
-    }
-    if out.len() > cap {
-        return Err(over_cap("stdout"));
-    }
-    if err.total() > cap {
-        return Err(over_cap("stderr"));
-    }
+    capture.drain_rest(stdout.as_raw_fd(), stderr.as_raw_fd())?;
     let Some(raw) = status else {
         return Err(HookError::Exit {
             label: "the fork server went away before the hook's status".into(),
             code: None,
-            stderr: err.finish(),
+            stderr: capture.stderr.finish(),
         });
     };
     drop(hook);
-    Ok(Finished { status: std::process::ExitStatus::from_raw(raw), stdout: out, stderr_tail: err.finish() })
-}
-
-/// Writes the request and closes stdin (EPIPE is fine: the answer decides).
-async fn feed(mut stdin: tokio::net::unix::pipe::Sender, bytes: &[u8]) {
-    if let Err(e) = stdin.write_all(bytes).await
-        && e.kind() != std::io::ErrorKind::BrokenPipe
-    {
-        tracing::debug!("writing the hook request failed: {e}");
-    }
-    drop(stdin);
+    Ok(Finished {
+        status: std::process::ExitStatus::from_raw(raw),
+        stdout: capture.stdout,
+        stderr_tail: capture.stderr.finish(),
+    })
 }

@@ -39,9 +39,12 @@
 //! What is not identical to a spawned hook (docs/reference/manifest.md says
 //! it too): the modules of [`PRELOAD`] are in `sys.modules` from the start;
 //! the hash seed is the server's, shared by its children; a daemonised
-//! grandchild's parent is the hook process, not init, until the call ends;
-//! the limits of `max_memory_mb` / `max_processes` are the server's cgroup,
-//! shared by its concurrent calls. A script directory holding a module that
+//! grandchild's parent is the hook process, not init, until the call ends.
+//! Where a spawned hook would get a cgroup (`max_memory_mb`,
+//! `max_processes`), each call gets its own (`Confinement::call_cgroup`):
+//! the child waits for a `go` the server relays once the host has moved it
+//! in (by the pid its pidfd shows the host), and the cgroup is killed and
+//! removed with the call. A script directory holding a module that
 //! shadows one the server preloaded (`json.py`) is declined by the server
 //! and spawned.
 //!
@@ -107,6 +110,28 @@ pub const PRELOAD: &[&str] = &[
     "logging",
     "inspect",
 ];
+
+/// Whether the one-shot hooks of a plugin with `settings` go through a fork
+/// server under the host's `[runner]` config: `None` for a plugin that is
+/// not a Python script plugin, else `Ok` or why not (said by `ctxhost
+/// doctor` and the catalog status). The loader decides with this too.
+pub fn decision(
+    settings: &crate::manifest::ExecSettings,
+    runner: &crate::config::RunnerConfig,
+) -> Option<Result<(), &'static str>> {
+    if settings.runtime != crate::manifest::Runtime::Python {
+        return None;
+    }
+    Some(if settings.persistent_subprocess {
+        Err("a persistent worker: its process already stays up between calls")
+    } else if !settings.forkserver {
+        Err("`forkserver = false` in the plugin's [hooks]")
+    } else if !runner.python_forkserver {
+        Err("`[runner] python_forkserver = false` in config.toml")
+    } else {
+        Ok(())
+    })
+}
 
 /// Environment variables that differ per call; any other difference from the
 /// server's own environment (a bootstrap override, a changed venv) restarts it.

@@ -123,10 +123,14 @@ def _child(call, fds):
         sock, stdin, stdout, stderr = fds
         os.setpgid(0, 0)
         _LIBC.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        if call.get("go"):
-            # The host moves this process into the call's cgroup first.
-            if os.read(sock, 1) != b"g":
+        go = call.get("_go_read")
+        if go is not None:
+            # The host moves this process into the call's cgroup first; the
+            # server passes its `g` on through this pipe (it alone reads the
+            # call's socket).
+            if os.read(go, 1) != b"g":
                 os._exit(1)
+            os.close(go)
         os.dup2(stdin, 0)
         os.dup2(stdout, 1)
         os.dup2(stderr, 2)
@@ -286,20 +290,27 @@ class Server:
             for fd in fds:
                 os.close(fd)
             return True
+        go_write = -1
+        if call.get("go"):
+            call["_go_read"], go_write = os.pipe()
         pid = os.fork()
         if pid == 0:
             try:
                 os.close(self.control.fileno())
+                if go_write >= 0:
+                    os.close(go_write)
             except OSError:
                 pass
             _child(call, fds)
         for fd in fds[1:]:
             os.close(fd)
+        if go_write >= 0:
+            os.close(call["_go_read"])
         try:
             pidfd = os.pidfd_open(pid)
         except OSError:
             pidfd = -1
-        self.calls[pid] = [sock, pidfd]
+        self.calls[pid] = [sock, pidfd, go_write]
         self.reply(sock, {"pid": pid}, [pidfd] if pidfd >= 0 else [])
         if pidfd >= 0:
             self.sel.register(pidfd, selectors.EVENT_READ, ("exit", pid))
@@ -323,17 +334,35 @@ class Server:
         except OSError:
             data = b""
         if data:
-            return  # a byte meant for the child; not a hangup
+            # `g`: the host has moved the child into its cgroup: let it run.
+            self.release(entry, data[:1])
+            return
         self.sel.unregister(sock)
         entry[0] = -1
         os.close(sock)
+        self.release(entry, b"")
         try:
             os.kill(pid, signal.SIGKILL)  # unreaped: the pid is still the child's
         except OSError:
             pass
 
+    def release(self, entry, byte):
+        """Passes the host's `g` to a child waiting for it (or, with none,
+        closes its pipe: the child then exits without running the script)."""
+        if entry[2] < 0:
+            return
+        try:
+            if byte:
+                os.write(entry[2], byte)
+        except OSError:
+            pass
+        os.close(entry[2])
+        entry[2] = -1
+
     def finish(self, pid):
-        sock, pidfd = self.calls.pop(pid)
+        entry = self.calls.pop(pid)
+        sock, pidfd = entry[0], entry[1]
+        self.release(entry, b"")
         self.sel.unregister(pidfd)
         if sock >= 0:
             self.sel.unregister(sock)

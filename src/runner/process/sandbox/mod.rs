@@ -269,6 +269,32 @@ impl Confinement {
         self.plan.as_ref().is_some_and(|p| p.isolate_net)
     }
 
+    /// The cgroup of one call, with the plugin's limits, when it would get
+    /// one (a limit asks, the machine has a hierarchy for it): its cleanup
+    /// and the `cgroup.procs` files the call's process joins through. A
+    /// spawned hook joins in its child steps; a fork server's child is moved
+    /// in by the host before it runs the script. No cgroup: an empty list.
+    ///
+    /// # Errors
+    /// A cgroup that cannot be made or limited.
+    pub fn call_cgroup(&self) -> io::Result<(Cleanup, Vec<OwnedFd>)> {
+        let mut cleanup = Cleanup::default();
+        let Some(plan) = &self.plan else { return Ok((cleanup, Vec::new())) };
+        let bases = &plan.features.cgroups;
+        // A cgroup only when a limit asks for one: joining costs the start
+        // of the hook a cgroup migration (see DEFAULT_MAX_PROCESSES).
+        let wants_cgroup = plan.memory_bytes.is_some() || plan.max_processes.is_some();
+        let can_cgroup =
+            bases.v2.is_some() || bases.v1_pids.is_some() || (plan.memory_bytes.is_some() && bases.v1_memory.is_some());
+        if !(wants_cgroup && can_cgroup) {
+            return Ok((cleanup, Vec::new()));
+        }
+        let limits = cgroup::CgroupLimits { memory_bytes: plan.memory_bytes, max_processes: plan.max_processes };
+        let (made, fds) = cgroup::CallCgroup::create(bases, limits)?;
+        cleanup.cgroup = Some(made);
+        Ok((cleanup, fds))
+    }
+
     /// Prepares one process: its cgroup (made now), its Landlock ruleset, its
     /// namespaces and limits. The returned [`ChildSteps`] run between fork and
     /// exec; the [`Cleanup`] lives as long as the process.
@@ -279,20 +305,7 @@ impl Confinement {
     pub fn prepare(&self, tmpdir: Option<&Path>) -> io::Result<(Option<ChildSteps>, Cleanup)> {
         let Some(plan) = &self.plan else { return Ok((None, Cleanup::default())) };
         let f = plan.features;
-        let bases = &f.cgroups;
-        let mut cleanup = Cleanup::default();
-        let mut join = Vec::new();
-        // A cgroup only when a limit asks for one: joining costs the start
-        // of the hook a cgroup migration (see DEFAULT_MAX_PROCESSES).
-        let wants_cgroup = plan.memory_bytes.is_some() || plan.max_processes.is_some();
-        let can_cgroup =
-            bases.v2.is_some() || bases.v1_pids.is_some() || (plan.memory_bytes.is_some() && bases.v1_memory.is_some());
-        if wants_cgroup && can_cgroup {
-            let limits = cgroup::CgroupLimits { memory_bytes: plan.memory_bytes, max_processes: plan.max_processes };
-            let (made, fds) = cgroup::CallCgroup::create(bases, limits)?;
-            cleanup.cgroup = Some(made);
-            join = fds;
-        }
+        let (cleanup, join) = self.call_cgroup()?;
         let ruleset = match &plan.fs {
             Some(policy) => {
                 let made = policy.ruleset(tmpdir).map_err(|e| io::Error::other(format!("landlock: {e}")))?;
