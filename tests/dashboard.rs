@@ -32,42 +32,118 @@ const CHROMIUM_ARGS: &[&str] = &[
     "--window-size=1280,800",
 ];
 
+/// Firefox's preferences: the page's console printed (read by
+/// `console_errors`), and none of its own network traffic.
+fn firefox_prefs() -> Value {
+    json!({
+        "devtools.console.stdout.content": true,
+        "browser.shell.checkDefaultBrowser": false,
+        "app.update.disabledForTesting": true,
+        "browser.safebrowsing.malware.enabled": false,
+        "browser.safebrowsing.phishing.enabled": false,
+        "network.captive-portal-service.enabled": false,
+        "network.connectivity-service.enabled": false,
+        "datareporting.policy.dataSubmissionEnabled": false,
+        "toolkit.telemetry.reportingpolicy.firstRun": false,
+    })
+}
+
 /// How long the page may take to show what a test waits for.
 const WAIT: Duration = Duration::from_secs(20);
 
-/// A headless Chromium under its own chromedriver; both stop when dropped.
+/// A browser the dashboard must work in (the issue: a current Chromium and
+/// Firefox).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Engine {
+    /// Debian's `chromium` under `chromedriver`.
+    Chromium,
+    /// Debian's `firefox-esr` under `geckodriver` (crates.io).
+    Firefox,
+}
+
+/// A headless browser under its own WebDriver server; both stop when dropped.
 struct Browser {
     rt: tokio::runtime::Runtime,
     driver: Option<Driver>,
-    chromedriver: Child,
+    engine: Engine,
+    webdriver: Child,
+    /// Firefox's console, as it prints it (geckodriver's output), and how
+    /// much of it `console_errors` has read.
+    output: Option<(PathBuf, std::cell::Cell<usize>)>,
     _profile: tempfile::TempDir,
 }
 
 impl Browser {
+    /// Headless Chromium.
     fn start() -> Browser {
-        require_program("chromium", "chromium chromium-driver");
-        require_program("chromedriver", "chromium chromium-driver");
+        Browser::of(Engine::Chromium)
+    }
+
+    fn of(engine: Engine) -> Browser {
         let port = free_port();
-        let chromedriver = Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start chromedriver");
+        let profile = tempfile::tempdir().unwrap();
+        let mut output = None;
+        let (webdriver, caps) = match engine {
+            Engine::Chromium => {
+                require_program("chromium", "chromium chromium-driver");
+                require_program("chromedriver", "chromium chromium-driver");
+                let chromedriver = Command::new("chromedriver")
+                    .arg(format!("--port={port}"))
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("start chromedriver");
+                let mut args: Vec<String> = CHROMIUM_ARGS.iter().map(|a| (*a).to_owned()).collect();
+                args.push(format!("--user-data-dir={}", profile.path().join("chromium").display()));
+                let caps = json!({
+                    "browserName": "chrome",
+                    "goog:chromeOptions": {"binary": chromium_binary(), "args": args},
+                    "goog:loggingPrefs": {"browser": "ALL"},
+                });
+                (chromedriver, caps)
+            }
+            Engine::Firefox => {
+                let firefox = firefox_binary();
+                let path = std::env::var_os("PATH");
+                if ctxhost::runner::process::find_on_path("geckodriver", path.as_deref()).is_none() {
+                    panic!(
+                        "`geckodriver` is not installed, and this test drives Firefox through it. Run \
+                         `scripts/test.sh` (it installs what is missing) or `cargo install geckodriver`."
+                    );
+                }
+                let log = profile.path().join("firefox-output.txt");
+                let out = std::fs::File::create(&log).unwrap();
+                let geckodriver = Command::new("geckodriver")
+                    .arg(format!("--port={port}"))
+                    .env("MOZ_HEADLESS", "1")
+                    .stdin(Stdio::null())
+                    .stdout(out.try_clone().unwrap())
+                    .stderr(out)
+                    .spawn()
+                    .expect("start geckodriver");
+                output = Some((log, std::cell::Cell::new(0)));
+                let dir = profile.path().join("firefox");
+                std::fs::create_dir_all(&dir).unwrap();
+                let caps = json!({
+                    "browserName": "firefox",
+                    "moz:firefoxOptions": {
+                        "binary": firefox,
+                        "args": ["-headless", "-profile", dir.display().to_string(), "--width=1280", "--height=800"],
+                        "prefs": firefox_prefs(),
+                    },
+                });
+                (geckodriver, caps)
+            }
+        };
         let ready = Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(ready.elapsed() < Duration::from_secs(20), "chromedriver did not listen on {port}");
+            assert!(
+                ready.elapsed() < Duration::from_secs(20),
+                "{engine:?}'s WebDriver server did not listen on {port}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
-        let profile = tempfile::tempdir().unwrap();
-        let mut args: Vec<String> = CHROMIUM_ARGS.iter().map(|a| (*a).to_owned()).collect();
-        args.push(format!("--user-data-dir={}", profile.path().display()));
-        let caps = json!({
-            "browserName": "chrome",
-            "goog:chromeOptions": {"binary": chromium_binary(), "args": args},
-            "goog:loggingPrefs": {"browser": "ALL"},
-        });
         let Value::Object(caps) = caps else { unreachable!() };
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let driver = rt
@@ -76,8 +152,12 @@ impl Browser {
                     .capabilities(caps)
                     .connect(&format!("http://127.0.0.1:{port}")),
             )
-            .expect("a chromium session through chromedriver");
-        Browser { rt, driver: Some(driver), chromedriver, _profile: profile }
+            .unwrap_or_else(|e| panic!("a {engine:?} session through its WebDriver server: {e}"));
+        let b = Browser { rt, driver: Some(driver), engine, webdriver, output, _profile: profile };
+        if engine == Engine::Firefox {
+            b.rt.block_on(b.driver().set_window_size(1280, 800)).unwrap();
+        }
+        b
     }
 
     fn driver(&self) -> &Driver {
@@ -164,17 +244,42 @@ impl Browser {
     }
 
     /// The console's errors since the last call: uncaught exceptions,
-    /// `console.error`, failed requests (chromedriver's browser log, level
-    /// SEVERE).
+    /// `console.error`, failed requests. Chromium: chromedriver's browser log
+    /// (level SEVERE). Firefox: what it prints of the page's console
+    /// (`devtools.console.stdout.content`), and the page's requests that
+    /// answered 400 or more (resource timing), as Firefox prints no line for
+    /// those.
     fn console_errors(&self) -> Vec<String> {
-        let entries = self.raw("se/log", json!({"type": "browser"}));
-        entries
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["level"] == "SEVERE")
-            .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
-            .collect()
+        match self.engine {
+            Engine::Chromium => {
+                let entries = self.raw("se/log", json!({"type": "browser"}));
+                entries
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|e| e["level"] == "SEVERE")
+                    .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
+                    .collect()
+            }
+            Engine::Firefox => {
+                let (log, read) = self.output.as_ref().unwrap();
+                let text = std::fs::read(log).unwrap_or_default();
+                let new = String::from_utf8_lossy(&text[read.get().min(text.len())..]).into_owned();
+                read.set(text.len());
+                let mut errors: Vec<String> = new
+                    .lines()
+                    .filter(|l| l.contains("console.error:") || l.contains("JavaScript error:"))
+                    .map(str::to_owned)
+                    .collect();
+                let failed = self.js(
+                    "const seen = window.__ctxhostSeen || 0; const all = performance.getEntriesByType('resource'); \
+                     window.__ctxhostSeen = all.length; \
+                     return all.slice(seen).filter(e => e.responseStatus >= 400).map(e => `${e.responseStatus} ${e.name}`)",
+                );
+                errors.extend(failed.as_array().unwrap().iter().map(|e| e.as_str().unwrap_or_default().to_owned()));
+                errors
+            }
+        }
     }
 
     /// A screenshot, kept as `<target>/tmp/dashboard/<name>.png`; checked to
@@ -233,13 +338,28 @@ impl Drop for Browser {
         if let Some(driver) = self.driver.take() {
             let _ = self.rt.block_on(async { tokio::time::timeout(Duration::from_secs(10), driver.close()).await });
         }
-        let _ = self.chromedriver.kill();
-        let _ = self.chromedriver.wait();
+        let _ = self.webdriver.kill();
+        let _ = self.webdriver.wait();
     }
 }
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Firefox: Debian's `firefox-esr`, or a `firefox`.
+fn firefox_binary() -> String {
+    let path = std::env::var_os("PATH");
+    ["firefox-esr", "firefox"]
+        .iter()
+        .find_map(|p| ctxhost::runner::process::find_on_path(p, path.as_deref()))
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| {
+            panic!(
+                "`firefox-esr` is not installed, and this test runs it for real. Run `scripts/test.sh` \
+                 (it installs what is missing) or `apt-get install -y firefox-esr`."
+            )
+        })
 }
 
 /// Debian's binary (`/usr/bin/chromium` is a wrapper script chromedriver
@@ -291,8 +411,12 @@ fn url(daemon: &Daemon, fragment: &str) -> String {
     format!("http://{}/{fragment}", daemon.addr)
 }
 
-#[test]
-fn the_page_shows_every_view_without_console_errors_and_lists_a_broken_plugin_with_its_error() {
+/// A page with a broken plugin beside a working one, in `engine`: the broken
+/// one's row shows its full error as the API has it, every view opens
+/// through its link, no console error. The daemon and browser are left
+/// running for more.
+fn every_view_and_a_broken_plugin(engine: Engine) -> (Site, Daemon, Browser) {
+    let prefix = if engine == Engine::Chromium { "" } else { "firefox-" };
     let site = Site::new();
     memory_plugin(&site, "notes");
     broken_plugin(&site, "broken");
@@ -304,7 +428,7 @@ fn the_page_shows_every_view_without_console_errors_and_lists_a_broken_plugin_wi
     let api_error = api_error.as_array().unwrap().iter().find(|p| p["name"] == "broken").unwrap()["error"].clone();
     let api_error = api_error.as_str().expect("the API reports the broken plugin's error").to_owned();
 
-    let b = Browser::start();
+    let b = Browser::of(engine);
     b.open(&url(&daemon, ""));
     // The broken plugin's row says error, and the row below holds the error
     // itself, as the API has it.
@@ -312,7 +436,7 @@ fn the_page_shows_every_view_without_console_errors_and_lists_a_broken_plugin_wi
     let shown = b.wait_text("pre[data-error-of=broken]", "missing.sh");
     assert_eq!(shown.trim(), api_error.trim(), "the page shows the full error");
     b.wait_text("tr[data-plugin=notes][data-status=running]", "1.2.3");
-    b.screenshot("plugins-1280x800");
+    b.screenshot(&format!("{prefix}plugins-1280x800"));
 
     // Every view, through its link.
     for (view, shows) in [
@@ -327,10 +451,18 @@ fn the_page_shows_every_view_without_console_errors_and_lists_a_broken_plugin_wi
         b.find(shows);
         std::thread::sleep(Duration::from_millis(300));
         assert_eq!(b.js("return location.hash"), json!(format!("#{view}")));
-        b.screenshot(&format!("view-{view}"));
+        b.screenshot(&format!("{prefix}view-{view}"));
     }
+    let status = b.js("return document.getElementById('status').textContent");
+    assert!(!status.as_str().unwrap_or_default().contains("page error"), "{status}");
     let errors = b.console_errors();
-    assert!(errors.is_empty(), "console errors:\n{}", errors.join("\n"));
+    assert!(errors.is_empty(), "{engine:?}: console errors:\n{}", errors.join("\n"));
+    (site, daemon, b)
+}
+
+#[test]
+fn the_page_shows_every_view_without_console_errors_and_lists_a_broken_plugin_with_its_error() {
+    let (_site, daemon, b) = every_view_and_a_broken_plugin(Engine::Chromium);
 
     // Keyboard: Tab from the top reaches the view links, with a visible focus ring.
     b.open(&url(&daemon, "?keyboard#plugins"));
@@ -382,11 +514,17 @@ fn the_page_shows_every_view_without_console_errors_and_lists_a_broken_plugin_wi
 
 #[test]
 fn with_a_token_the_page_asks_once_and_disabling_a_plugin_there_disables_it_for_every_client() {
+    disable_with_a_token(Engine::Chromium);
+}
+
+/// The token asked once, a plugin disabled and enabled in `engine`, as
+/// every client sees it.
+fn disable_with_a_token(engine: Engine) {
     let site = Site::new();
     memory_plugin(&site, "notes");
     memory_plugin(&site, "other");
     let daemon = Daemon::start(site.home(), &["--token", "s3cret"], &[]);
-    let b = Browser::start();
+    let b = Browser::of(engine);
     b.open(&url(&daemon, "#plugins"));
     b.wait_text("tr[data-plugin=notes]", "running");
     b.click("button[data-action=disable][data-plugin=notes]");
@@ -579,4 +717,20 @@ fn memory_is_searched_and_deleted_after_a_confirmation_and_a_grant_change_names_
     assert_eq!((&g["network"], &g["env"]), (&json!(true), &json!(["NOTES_KEY"])), "{g}");
     let errors = b.console_errors();
     assert!(errors.is_empty(), "console errors:\n{}", errors.join("\n"));
+}
+
+#[test]
+fn in_firefox_the_page_shows_every_view_without_console_errors_and_fits_a_narrow_window() {
+    let (_site, _daemon, b) = every_view_and_a_broken_plugin(Engine::Firefox);
+    b.rt.block_on(b.driver().set_window_size(390, 844)).unwrap();
+    b.find("#plugin-table");
+    std::thread::sleep(Duration::from_millis(200));
+    let widths = b.js("return [document.documentElement.scrollWidth, window.innerWidth]");
+    assert!(widths[0].as_f64() <= widths[1].as_f64(), "the page is wider than a narrow window: {widths}");
+    b.screenshot("firefox-plugins-narrow");
+}
+
+#[test]
+fn in_firefox_disabling_a_plugin_behind_the_token_disables_it_for_every_client() {
+    disable_with_a_token(Engine::Firefox);
 }
