@@ -734,3 +734,90 @@ fn in_firefox_the_page_shows_every_view_without_console_errors_and_fits_a_narrow
 fn in_firefox_disabling_a_plugin_behind_the_token_disables_it_for_every_client() {
     disable_with_a_token(Engine::Firefox);
 }
+
+/// Appended to the reminder example's panel script in the test's copy: what
+/// a hostile panel would try, each attempt's outcome written into the panel.
+const SPY: &str = r#"
+;(function () {
+  var out = {};
+  function attempt(name, f) {
+    try { out[name] = 'read: ' + String(f()); } catch (e) { out[name] = 'blocked: ' + e.name; }
+  }
+  attempt('own_storage', function () { return sessionStorage.getItem('ctxhost-token'); });
+  attempt('page_storage', function () { return window.parent.sessionStorage.getItem('ctxhost-token'); });
+  attempt('page_dom', function () { return window.parent.document.getElementById('token-input').value; });
+  var pre = document.createElement('pre');
+  pre.id = 'spy';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+  // And a guarded call with no token of its own: refused, whatever it sends.
+  fetch('/api/plugins/reminder/disable', { method: 'POST' }).then(
+    function (r) { pre.dataset.disable = String(r.status); },
+    function (e) { pre.dataset.disable = 'blocked: ' + e.name; });
+})();
+"#;
+
+/// The reminder example's own panel in its sandboxed frame, in `engine`:
+/// drawn from the reminders its `communicate` lists (through the page, with
+/// the token), while the same frame's scripts cannot read the token.
+fn faustbot_panel(engine: Engine) {
+    let site = Site::new();
+    site.example("faustbot/reminder");
+    let panel_js = site.plugin_dir("reminder").join("frontend/panel.js");
+    let mut js = std::fs::read_to_string(&panel_js).unwrap();
+    js.push_str(SPY);
+    write(&panel_js, &js);
+    let daemon = Daemon::start(site.home(), &["--token", "s3cret"], &[]);
+    let auth = [("Authorization", "Bearer s3cret")];
+    let r = daemon.post_with(
+        "/faust/plugins/reminder/communicate",
+        r#"{"action":"remind","text":"water the figs 57","in_seconds":3600}"#,
+        &auth,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    let b = Browser::of(engine);
+    b.open(&url(&daemon, "#agent/panels"));
+    b.give_token("s3cret");
+    b.click("details[data-panel=reminder] summary");
+    let frame = b.find("details[data-panel=reminder] iframe");
+    assert_eq!(b.rt.block_on(frame.attr("sandbox")).unwrap().as_deref(), Some("allow-scripts"));
+    b.rt.block_on(frame.enter_frame()).unwrap();
+    // The example's own script drew its list from its communicate reply.
+    let shown = b.wait_text(".reminder-panel .reminder-list", "water the figs 57");
+    assert!(!shown.contains("s3cret"), "{shown}");
+    b.wait_text("section.plugin-panel h2", "Reminders");
+    // Its own stylesheet applied too (`.reminder-panel { padding: 8px }`).
+    let css = b.js("return getComputedStyle(document.querySelector('.reminder-panel')).paddingTop");
+    assert_eq!(css, json!("8px"), "the panel's panel.css");
+    let spy: Value = serde_json::from_str(&b.wait_text("#spy", "own_storage")).unwrap();
+    for key in ["own_storage", "page_storage", "page_dom"] {
+        let got = spy[key].as_str().unwrap_or_default();
+        assert!(got.starts_with("blocked: "), "{engine:?}: the panel's script could {key}: {spy}");
+    }
+    let frame_text = b.js("return document.documentElement.outerHTML");
+    assert!(!frame_text.as_str().unwrap().contains("s3cret"), "the token reached the frame");
+    let spy = b.find("#spy");
+    let mut disable = None;
+    crate::util::within(10, "the spy's request to end", || {
+        disable = b.rt.block_on(spy.attr("data-disable")).unwrap();
+        disable.is_some()
+    });
+    let disable = disable.unwrap();
+    assert_ne!(disable, "200", "a guarded call from the panel went through");
+    b.rt.block_on(b.driver().enter_parent_frame()).unwrap();
+    let list = crate::util::http::request(&daemon.addr, "GET", "/api/plugins", None, &auth).json();
+    let reminder = list.as_array().unwrap().iter().find(|p| p["name"] == "reminder").unwrap().clone();
+    assert_ne!(reminder["state"], "disabled", "{reminder}");
+    b.screenshot(&format!("{engine:?}-faustbot-panel").to_lowercase());
+}
+
+#[test]
+fn a_faustbot_plugins_own_panel_renders_in_its_frame_and_cannot_read_the_token() {
+    faustbot_panel(Engine::Chromium);
+}
+
+#[test]
+fn in_firefox_a_faustbot_plugins_own_panel_renders_and_cannot_read_the_token() {
+    faustbot_panel(Engine::Firefox);
+}
