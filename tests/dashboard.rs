@@ -821,3 +821,92 @@ fn a_faustbot_plugins_own_panel_renders_in_its_frame_and_cannot_read_the_token()
 fn in_firefox_a_faustbot_plugins_own_panel_renders_and_cannot_read_the_token() {
     faustbot_panel(Engine::Firefox);
 }
+
+#[test]
+fn triggers_are_created_seen_fired_and_deleted_the_vfs_marks_a_symbolic_node_and_health_charts_calls() {
+    let site = Site::new();
+    memory_plugin(&site, "notes");
+    stack(&site, &["notes"]);
+    crate::agent::service_worker(&site, "vault");
+    let daemon = site.start(&[]);
+    // Calls first: the health view's samples come every 5 s.
+    for n in 0..3 {
+        let r = daemon.post("/api/agents/h1/ingest", &json!({"message": format!("call {n}")}).to_string());
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let out = crate::agent::calls(
+        &daemon,
+        "vault",
+        json!([
+            ["vfs.write_symbolic", {"path": "/plugins/vault/live"}],
+            ["vfs.write", {"path": "/plugins/vault/readme.txt", "content": "a plain file"}],
+        ]),
+    );
+    assert_eq!(out[0], json!({"ok": "/plugins/vault/live"}), "{out:?}");
+    let b = Browser::start();
+
+    // Triggers: created in the page, listed, fired, deleted.
+    b.open(&url(&daemon, "#agent/triggers"));
+    b.type_into("form.trigger-create input[name=id]", "tick-57");
+    b.select("form.trigger-create select[name=type]", "interval");
+    b.type_into("form.trigger-create input[name=when]", "1");
+    b.type_into("form.trigger-create textarea[name=payload]", r#"{"n": 7}"#);
+    b.click("form.trigger-create button[type=submit]");
+    b.wait_text("#agent-triggers .form-result", "Created tick-57");
+    b.wait_text("table.triggers tr[data-trigger=tick-57]", "every 1 s");
+    let listed = daemon.get("/api/triggers/tick-57").json();
+    assert_eq!((&listed["interval_seconds"], &listed["payload"]), (&json!(1), &json!({"n": 7})), "{listed}");
+    b.wait_text("#agent-triggers .fired", "tick-57");
+    assert!(
+        daemon.get("/api/triggers/fired").json().as_array().unwrap().iter().any(|t| t["id"] == "tick-57"),
+        "the page shows a firing the daemon has not recorded"
+    );
+    b.click("table.triggers tr[data-trigger=tick-57] button.danger");
+    b.wait_text("#confirm-text", "tick-57");
+    b.click("#confirm-yes");
+    b.wait_text("#agent-triggers .form-result", "Deleted tick-57");
+    let ids: Vec<Value> =
+        daemon.get("/api/triggers").json().as_array().unwrap().iter().map(|t| t["id"].clone()).collect();
+    assert!(!ids.contains(&json!("tick-57")), "GET /api/triggers still has it: {ids:?}");
+    crate::util::within(10, "the row to go", || {
+        b.js("return document.querySelector('tr[data-trigger=\"tick-57\"]') === null") == json!(true)
+    });
+
+    // The vfs tree: the symbolic node marked with its owner, its content computed on reading.
+    b.click("#agent-vfs button.tree-item[data-path='/plugins']");
+    b.click("#agent-vfs button.tree-item[data-path='/plugins/vault']");
+    let live = b.wait_text("#agent-vfs button.tree-item[data-path='/plugins/vault/live']", "symbolic");
+    assert!(live.contains("symbolic · vault"), "{live}");
+    let kind = b.rt.block_on(b.find("button.tree-item[data-path='/plugins/vault/live']").attr("data-kind")).unwrap();
+    assert_eq!(kind.as_deref(), Some("symbolic"));
+    let plain = b.wait_text("#agent-vfs button.tree-item[data-path='/plugins/vault/readme.txt']", "readme.txt");
+    assert!(!plain.contains("symbolic"), "a plain file marked symbolic: {plain}");
+    b.click("#agent-vfs button.tree-item[data-path='/plugins/vault/live']");
+    let shown = b.wait_text("#agent-vfs .vfs-content", "/plugins/vault/live read");
+    assert!(shown.contains("computed by vault"), "{shown}");
+    b.click("#agent-vfs button.tree-item[data-path='/plugins/vault/readme.txt']");
+    b.wait_text("#agent-vfs .vfs-content pre", "a plain file");
+    b.screenshot("agent-triggers-vfs");
+
+    // Health: the hook's row counts the 3 calls and its chart has a line above zero.
+    b.open(&url(&daemon, "#health"));
+    let row = "#health-series tr[data-plugin=notes][data-hook=ingest]";
+    let calls = b.wait_text(&format!("{row} td.num"), "3");
+    assert_eq!(calls.trim(), "3", "the calls column");
+    let line = b.find(&format!("{row} td.chart svg polyline"));
+    let points = b.rt.block_on(line.attr("points")).unwrap().unwrap();
+    let ys: Vec<f64> = points.split(' ').filter_map(|p| p.split(',').nth(1)?.parse().ok()).collect();
+    assert!(ys.len() >= 2 && ys.iter().any(|y| *y < 20.0), "a flat calls chart: {points}");
+    let series = daemon.get("/api/health/series").json();
+    let calls: u64 = series["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["plugin"] == "notes" && s["hook"] == "ingest")
+        .flat_map(|s| s["samples"].as_array().unwrap().iter().map(|x| x["calls"].as_u64().unwrap()))
+        .sum();
+    assert_eq!(calls, 3, "{series}");
+    b.screenshot("health-chart");
+    let errors = b.console_errors();
+    assert!(errors.is_empty(), "console errors:\n{}", errors.join("\n"));
+}

@@ -242,7 +242,7 @@ function loadTriggers(root) {
     }
   });
   refresh();
-  const timer = setInterval(refresh, 10000);
+  const timer = setInterval(refresh, 3000);
   return () => clearInterval(timer);
 }
 
