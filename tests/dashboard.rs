@@ -631,11 +631,19 @@ fn the_stderr_tail_shows_a_line_a_hook_just_wrote_and_filters_by_plugin() {
     let daemon = site.start(&[]);
     let b = Browser::start();
     b.open(&url(&daemon, "#logs"));
-    b.find("#log-lines");
+    // The held lines were read (none yet); what comes next can only come
+    // through the stream (the page polls no more; it opens a stream again
+    // only after one failed, which it says in the view).
+    b.wait_text("#log-lines", "No stderr lines yet");
     let r = daemon.post("/api/agents/a1/ingest", r#"{"message":"tail me 314"}"#);
     assert_eq!(r.status, 200, "{}", r.body);
     let shown = b.wait_text("#log-lines", "notes heard: tail me 314");
     assert!(shown.contains("diary heard: tail me 314"), "{shown}");
+    let said = b.js("return document.querySelector('#view-logs .message').textContent");
+    assert_eq!(said, json!(""), "the stream failed");
+    let held =
+        b.js("return performance.getEntriesByType('resource').filter(e => e.name.includes('/api/logs?')).length");
+    assert_eq!(held, json!(1), "the held lines were read once, then the stream delivered");
     b.wait_text("#log-plugin", "diary");
     b.select("#log-plugin", "notes");
     let r = daemon.post("/api/agents/a1/ingest", r#"{"message":"second 271"}"#);
