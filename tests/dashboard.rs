@@ -1,9 +1,11 @@
-//! The dashboard (`GET /` of `ctxhost serve`) in a real browser: Debian's
-//! `chromium`, headless, driven through `chromedriver` (WebDriver, with
-//! fantoccini) against a real daemon on a loopback port. Each test starts
-//! its own chromedriver on a free port and a Chromium with a fresh profile;
-//! what the page shows is checked against what the API and the plugins saw.
-//! Screenshots are kept in `<target>/tmp/dashboard/` for a human to look at.
+//! The dashboard (`GET /` of `ctxhost serve`) in real browsers: Debian's
+//! `chromium`, headless, driven through `chromedriver`, and Debian's
+//! `firefox-esr`, headless, through `geckodriver` (WebDriver, with
+//! fantoccini), against a real daemon on a loopback port. Each test starts
+//! its own WebDriver server on a free port and a browser with a fresh
+//! profile; what the page shows is checked against what the API and the
+//! plugins saw. Screenshots are kept in `<target>/tmp/dashboard/` for a
+//! human to look at.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -37,6 +39,7 @@ const CHROMIUM_ARGS: &[&str] = &[
 fn firefox_prefs() -> Value {
     json!({
         "devtools.console.stdout.content": true,
+        "devtools.console.stdout.chrome": false,
         "browser.shell.checkDefaultBrowser": false,
         "app.update.disabledForTesting": true,
         "browser.safebrowsing.malware.enabled": false,
@@ -129,7 +132,7 @@ impl Browser {
                     "browserName": "firefox",
                     "moz:firefoxOptions": {
                         "binary": firefox,
-                        "args": ["-headless", "-profile", dir.display().to_string(), "--width=1280", "--height=800"],
+                        "args": ["-headless", "-profile", dir.display().to_string()],
                         "prefs": firefox_prefs(),
                     },
                 });
@@ -266,10 +269,25 @@ impl Browser {
                 let text = std::fs::read(log).unwrap_or_default();
                 let new = String::from_utf8_lossy(&text[read.get().min(text.len())..]).into_owned();
                 read.set(text.len());
-                let mut errors: Vec<String> = new
-                    .lines()
-                    .filter(|l| l.contains("console.error:") || l.contains("JavaScript error:"))
-                    .map(str::to_owned)
+                // One message per block: its first line and the indented
+                // lines (and stack frames) after it. The browser's own (its code is at
+                // resource:// or chrome:// URLs) are not the page's.
+                let mut blocks: Vec<String> = Vec::new();
+                for line in new.lines() {
+                    let frame = line.contains('@') && line.contains("://") && !line.contains(' ');
+                    if line.starts_with([' ', '\t']) || frame {
+                        if let Some(b) = blocks.last_mut() {
+                            b.push('\n');
+                            b.push_str(line);
+                        }
+                    } else {
+                        blocks.push(line.to_owned());
+                    }
+                }
+                let mut errors: Vec<String> = blocks
+                    .into_iter()
+                    .filter(|b| b.contains("console.error:") || b.contains("JavaScript error:"))
+                    .filter(|b| !b.contains("resource://") && !b.contains("chrome://"))
                     .collect();
                 let failed = self.js(
                     "const seen = window.__ctxhostSeen || 0; const all = performance.getEntriesByType('resource'); \
@@ -457,6 +475,15 @@ fn every_view_and_a_broken_plugin(engine: Engine) -> (Site, Daemon, Browser) {
     assert!(!status.as_str().unwrap_or_default().contains("page error"), "{status}");
     let errors = b.console_errors();
     assert!(errors.is_empty(), "{engine:?}: console errors:\n{}", errors.join("\n"));
+    // The errors are seen at all: a console.error, an uncaught exception
+    // and a failed request of the page are reported.
+    b.js("console.error('probe one'); setTimeout(() => { throw new Error('probe two'); }); \
+          fetch('/dashboard/probe-three.js'); return 1");
+    std::thread::sleep(Duration::from_millis(500));
+    let probes = b.console_errors().join("\n");
+    for probe in ["probe one", "probe two", "probe-three.js"] {
+        assert!(probes.contains(probe), "{engine:?}: {probe} was not reported as an error:\n{probes}");
+    }
     (site, daemon, b)
 }
 
