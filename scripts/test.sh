@@ -41,6 +41,13 @@ need php-cli "php plugins" php
 # The dashboard's browser tests (tests/dashboard.rs) drive headless Chromium through chromedriver.
 need chromium "the dashboard's browser tests (headless Chromium)" chromium
 need chromium-driver "the dashboard's browser tests (chromedriver)" chromedriver
+# ... and headless Firefox through geckodriver, which Debian does not package: crates.io.
+need firefox-esr "the dashboard's browser tests (headless Firefox)" firefox-esr firefox
+cargo_missing=()
+if ! command -v geckodriver >/dev/null 2>&1; then
+    cargo_missing+=(geckodriver)
+    why+=("geckodriver (cargo install): the dashboard's browser tests (Firefox's WebDriver server)")
+fi
 # The PostgreSQL store's tests start a throw-away cluster (tests/util/pg.rs):
 # Debian keeps initdb and postgres in /usr/lib/postgresql/<version>/bin, off PATH.
 has_initdb() {
@@ -74,6 +81,7 @@ if ((${#why[@]})); then
         {
             ((${#missing[@]})) && echo "install with: apt-get install -y ${missing[*]}"
             ((${#npm_missing[@]})) && echo "and: npm install -g ${npm_missing[*]}"
+            ((${#cargo_missing[@]})) && echo "and: cargo install --locked ${cargo_missing[*]}"
             echo "(or run scripts/test.sh without --no-install, as root, to install them)"
         } >&2
         exit 1
@@ -102,6 +110,11 @@ fi
 if ((${#npm_missing[@]})); then
     echo "scripts/test.sh: installing ${npm_missing[*]} from npm" >&2
     "${sudo[@]}" npm install -g --no-audit --no-fund "${npm_missing[@]}" >/dev/null
+fi
+
+if ((${#cargo_missing[@]})); then
+    echo "scripts/test.sh: installing ${cargo_missing[*]} from crates.io (cargo install)" >&2
+    cargo install --locked --quiet "${cargo_missing[@]}"
 fi
 
 # rust-toolchain.toml pins the toolchain and lists the wasm32-wasip2 target;

@@ -62,6 +62,14 @@ const PAGE_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'sel
      connect-src 'self'; frame-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'; \
      object-src 'none'";
 
+/// A FaustBot panel's frame (`panel.html`, sandboxed by the page without
+/// `allow-same-origin`): the plugin's scripts and styles from this daemon,
+/// no request of their own (their `communicate` calls go through the page),
+/// framed only by the dashboard.
+const PANEL_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
+     img-src 'self' data:; font-src 'self'; connect-src 'none'; frame-ancestors 'self'; base-uri 'none'; \
+     form-action 'none'";
+
 /// `GET /`: the page.
 pub(crate) async fn index(headers: HeaderMap) -> Response {
     match find("index.html") {
@@ -111,6 +119,9 @@ fn serve(asset: &'static Asset, headers: &HeaderMap) -> Response {
     if asset.path == "index.html" {
         h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(PAGE_POLICY));
         h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    }
+    if asset.path == "panel.html" {
+        h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(PANEL_POLICY));
     }
     response
 }

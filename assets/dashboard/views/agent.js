@@ -242,7 +242,7 @@ function loadTriggers(root) {
     }
   });
   refresh();
-  const timer = setInterval(refresh, 10000);
+  const timer = setInterval(refresh, 3000);
   return () => clearInterval(timer);
 }
 
@@ -318,6 +318,25 @@ function loadTools(root) {
 // ---- FaustBot panels ----
 
 function loadPanels(root) {
+  // Each frame's plugin, by its window: a panel's message is answered only
+  // for the plugin that frame was made for, whatever the message says.
+  const frames = new Map();
+  const onMessage = async (e) => {
+    const id = frames.get(e.source);
+    const d = e.data;
+    if (!id || !d || d.ctxhost !== 'communicate' || typeof d.n !== 'number') return;
+    let reply;
+    try {
+      const r = await api('POST', `/faust/plugins/${enc(id)}/communicate`, d.payload ?? {}, { raw: true });
+      reply = { ctxhost: 'reply', n: d.n, status: r.status, body: r.body };
+    } catch (err) {
+      reply = { ctxhost: 'reply', n: d.n, status: 0, body: { error: err.message } };
+    }
+    // The frame's origin is opaque ("null"): '*' is the only target that
+    // reaches it; the reply carries nothing but the plugin's own answer.
+    e.source.postMessage(reply, '*');
+  };
+  window.addEventListener('message', onMessage);
   get('/faust/admin/plugins/assets')
     .then((reply) => {
       const byPlugin = new Map();
@@ -332,10 +351,15 @@ function loadPanels(root) {
         const q = new URLSearchParams();
         q.set('plugin', id);
         for (const a of assets) q.append(a.type, a.path);
-        return h('details.panel', { dataset: { panel: id } }, h('summary', `${id} (${assets.length} file${assets.length === 1 ? '' : 's'})`),
-          h('iframe', { title: `Panel of ${id}`, sandbox: 'allow-scripts', src: `/dashboard/panel.html#${q}`, loading: 'lazy' }));
+        const frame = h('iframe', { title: `Panel of ${id}`, sandbox: 'allow-scripts', src: `/dashboard/panel.html#${q}` });
+        return h('details.panel', { dataset: { panel: id } }, h('summary', `${id} (${assets.length} file${assets.length === 1 ? '' : 's'})`), frame);
       }));
+      // In the document now: each frame's window is known before its scripts run.
+      for (const panel of root.querySelectorAll('details.panel')) {
+        const frame = panel.querySelector('iframe');
+        frames.set(frame.contentWindow, panel.dataset.panel);
+      }
     })
     .catch((e) => note(root, `Cannot list the plugin panels: ${e.message}`, 'bad'));
-  return null;
+  return () => window.removeEventListener('message', onMessage);
 }
