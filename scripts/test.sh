@@ -81,7 +81,7 @@ if ((${#why[@]})); then
         {
             ((${#missing[@]})) && echo "install with: apt-get install -y ${missing[*]}"
             ((${#npm_missing[@]})) && echo "and: npm install -g ${npm_missing[*]}"
-            ((${#cargo_missing[@]})) && echo "and: cargo install --locked ${cargo_missing[*]}"
+            ((${#cargo_missing[@]})) && echo "and: cargo install --locked --debug ${cargo_missing[*]}"
             echo "(or run scripts/test.sh without --no-install, as root, to install them)"
         } >&2
         exit 1
@@ -114,7 +114,7 @@ fi
 
 if ((${#cargo_missing[@]})); then
     echo "scripts/test.sh: installing ${cargo_missing[*]} from crates.io (cargo install)" >&2
-    cargo install --locked --quiet "${cargo_missing[@]}"
+    cargo install --locked --debug --quiet "${cargo_missing[@]}"
 fi
 
 # rust-toolchain.toml pins the toolchain and lists the wasm32-wasip2 target;

@@ -726,12 +726,9 @@ fn due_triggers_fire_once_across_instances_that_start_and_die() {
     assert!(events.values().all(|n| *n == 1), "one event, one firing of each listening trigger: {events:?}");
 }
 
-/// A 1 s schedule on two instances runs about once a second in all (not
-/// twice), on the lease's holder; when the holder is SIGKILLed, the other
-/// takes the schedule over within the lease (period + 2 s) and a period.
-#[test]
-fn a_schedule_runs_on_one_instance_and_moves_when_it_dies() {
-    let db = pg::database();
+/// Two instances on `db` with a plugin whose 1 s schedule logs each run's
+/// time, started, once the schedule ran somewhere.
+fn ticking_pair(db: &pg::Database) -> (Vec<Site>, Vec<Option<crate::util::http::Daemon>>) {
     let sites: Vec<Site> = (0..2).map(|_| site_on(&db.url)).collect();
     for s in &sites {
         python_plugin(
@@ -741,10 +738,24 @@ fn a_schedule_runs_on_one_instance_and_moves_when_it_dies() {
             &[("run_schedule", "log({'id': req['id'], 'at': time.time()})")],
         );
     }
-    let mut daemons: Vec<Option<crate::util::http::Daemon>> = sites.iter().map(|s| Some(s.start(&[]))).collect();
-    let runs = |s: &Site| s.log("ticker").iter().filter_map(|l| l["at"].as_f64()).collect::<Vec<f64>>();
+    let daemons = sites.iter().map(|s| Some(s.start(&[]))).collect();
     within(20, "the first run", || sites.iter().any(|s| !runs(s).is_empty()));
-    let first = sites.iter().flat_map(&runs).fold(f64::INFINITY, f64::min);
+    (sites, daemons)
+}
+
+/// When the ticker of `site` ran (unix seconds).
+fn runs(site: &Site) -> Vec<f64> {
+    site.log("ticker").iter().filter_map(|l| l["at"].as_f64()).collect()
+}
+
+/// A 1 s schedule on two instances runs about once a second in all (not
+/// twice), on the lease's holder; when the holder is SIGKILLed, the other
+/// takes the schedule over within the lease (period + 2 s) and a period.
+#[test]
+fn a_schedule_runs_on_one_instance_and_moves_when_it_dies() {
+    let db = pg::database();
+    let (sites, mut daemons) = ticking_pair(&db);
+    let first = sites.iter().flat_map(runs).fold(f64::INFINITY, f64::min);
     std::thread::sleep(Duration::from_secs(5));
     let window = |s: &Site, from: f64, to: f64| runs(s).into_iter().filter(|t| *t >= from && *t < to).count();
     let total: usize = sites.iter().map(|s| window(s, first, first + 5.0)).sum();
@@ -771,18 +782,7 @@ fn a_schedule_runs_on_one_instance_and_moves_when_it_dies() {
 #[test]
 fn a_schedule_moves_within_one_period_when_its_holder_shuts_down_cleanly() {
     let db = pg::database();
-    let sites: Vec<Site> = (0..2).map(|_| site_on(&db.url)).collect();
-    for s in &sites {
-        python_plugin(
-            s,
-            "ticker",
-            "[[schedules]]\nid = \"tick\"\ninterval_secs = 1\n",
-            &[("run_schedule", "log({'id': req['id'], 'at': time.time()})")],
-        );
-    }
-    let mut daemons: Vec<Option<crate::util::http::Daemon>> = sites.iter().map(|s| Some(s.start(&[]))).collect();
-    let runs = |s: &Site| s.log("ticker").iter().filter_map(|l| l["at"].as_f64()).collect::<Vec<f64>>();
-    within(20, "the first run", || sites.iter().any(|s| !runs(s).is_empty()));
+    let (sites, mut daemons) = ticking_pair(&db);
     std::thread::sleep(Duration::from_secs(3));
     let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
     let recent = |s: &Site, since: f64| runs(s).into_iter().filter(|t| *t >= since).count();

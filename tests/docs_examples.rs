@@ -550,8 +550,9 @@ fn test_sh_no_install_lists_what_is_missing_and_installs_nothing() {
         "nodejs: node plugins",
         "golang-go: go plugins",
         "deno (npm, global): deno plugins",
-        "install with: apt-get install -y python3 python3-venv nodejs golang-go ruby lua5.4 php-cli chromium chromium-driver npm",
+        "install with: apt-get install -y python3 python3-venv nodejs golang-go ruby lua5.4 php-cli chromium chromium-driver firefox-esr npm",
         "and: npm install -g deno bun",
+        "and: cargo install --locked --debug geckodriver",
     ] {
         assert!(stderr.contains(line), "missing `{line}` in:\n{stderr}");
     }

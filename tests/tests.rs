@@ -24,7 +24,7 @@
 //! - `layers`: the module layers of `src/` only point down.
 //! - `docs_reference`: `docs/reference/*.md` against the code: hooks and their fields, manifest and config keys, routes.
 //! - `faustbot`: FaustBot plugins (plugin.json + impl.py) unmodified: the examples, every hook sync and async, deps, lifecycle.
-//! - `dashboard`: the dashboard page in headless Chromium against a real daemon: every view, the actions, what it shows.
+//! - `dashboard`: the dashboard page in headless Chromium and Firefox against a real daemon: every view, the actions, what it shows.
 //! - `forkserver`: one-shot Python hooks through the per-plugin fork server: both paths agree, leftovers die, the sandbox holds.
 //! - `docs_examples`: every shell example of README.md and docs/ is run (marked runnable) or names the test that runs it.
 
