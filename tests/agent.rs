@@ -16,7 +16,9 @@ use crate::util::write;
 impl Site {
     /// A python one-shot plugin: `hooks` are `(hook, body)`; each body runs
     /// with `req` (the request), `here` (the plugin dir) and `log(line)`
-    /// (appends to `<plugin>/log.jsonl`) defined, and prints `reply`.
+    /// (appends a JSON line to `<plugin>/log.jsonl` in one `O_APPEND` write,
+    /// so processes of several instances logging at once never interleave)
+    /// defined, and prints `reply`.
     pub(crate) fn python(&self, name: &str, manifest: &str, hooks: &[(&str, &str)]) {
         let dir = self.plugin_dir(name);
         let mut toml = format!("name = \"{name}\"\nversion = \"0.1.0\"\n{manifest}\n[hooks]\nruntime = \"python\"\n");
@@ -28,7 +30,7 @@ impl Site {
                 &format!(
                     "import json, os, sys, time\n\
                      here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))\n\
-                     def log(line):\n    with open(os.path.join(here, 'log.jsonl'), 'a') as f:\n        f.write(json.dumps(line) + '\\n')\n\
+                     def log(line):\n    fd = os.open(os.path.join(here, 'log.jsonl'), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)\n    os.write(fd, (json.dumps(line) + '\\n').encode())\n    os.close(fd)\n\
                      req = json.load(sys.stdin)\nreply = {{}}\nif True:\n{indented}\
                      print(json.dumps(reply))\n"
                 ),

@@ -127,6 +127,19 @@ fn run(site: &Site, args: &[&str]) -> (Option<i32>, String) {
 }
 
 /// Two homes on one store hold plugin `p`; the second's hook script differs.
+/// Two homes on `db` whose stack is plugin `p` at `v1` (marks in `marks`).
+fn versioned_pair(db: &pg::Database, marks: &std::path::Path) -> (Site, Site) {
+    let (a, b) = (site_on(&db.url), site_on(&db.url));
+    for site in [&a, &b] {
+        write(
+            &site.home().join("config.toml"),
+            &format!("[store]\nurl = \"{}\"\n[context_engine]\nplugin = \"p\"\n", db.url),
+        );
+        versioned_plugin(site, marks, "v1");
+    }
+    (a, b)
+}
+
 /// The first instance's files are the fleet's version (recorded in the
 /// store); the second says so in `doctor`, `plugin list` and
 /// `/api/plugins`, naming both hashes, and never runs its changed script.
@@ -136,14 +149,7 @@ fn run(site: &Site, args: &[&str]) -> (Option<i32>, String) {
 fn an_instance_whose_plugin_files_differ_refuses_the_plugin_until_the_fleet_agrees() {
     let db = pg::database();
     let marks = tempfile::tempdir().unwrap();
-    let (a, b) = (site_on(&db.url), site_on(&db.url));
-    for site in [&a, &b] {
-        write(
-            &site.home().join("config.toml"),
-            &format!("[store]\nurl = \"{}\"\n[context_engine]\nplugin = \"p\"\n", db.url),
-        );
-        versioned_plugin(site, marks.path(), "v1");
-    }
+    let (a, b) = versioned_pair(&db, marks.path());
     let da = a.start(&[]);
     let fleet = plugin_p(&da.get("/api/plugins").json());
     assert_eq!(fleet["state"], "loaded", "{fleet}");
@@ -265,14 +271,7 @@ fn assert_degraded(d: &crate::util::http::Daemon, here: &str, fleet: &str) {
 fn a_running_instance_re_checks_its_files_when_the_fleet_adopts_a_version() {
     let db = pg::database();
     let marks = tempfile::tempdir().unwrap();
-    let (a, b) = (site_on(&db.url), site_on(&db.url));
-    for site in [&a, &b] {
-        write(
-            &site.home().join("config.toml"),
-            &format!("[store]\nurl = \"{}\"\n[context_engine]\nplugin = \"p\"\n", db.url),
-        );
-        versioned_plugin(site, marks.path(), "v1");
-    }
+    let (a, b) = versioned_pair(&db, marks.path());
     let (da, dbb) = (a.start(&[]), b.start(&[]));
     within(10, "B's change-feed listener", || listeners(&db, dbb.pid()).len() == 1);
     let h1 = plugin_p(&da.get("/api/plugins").json())["content_hash"].as_str().unwrap().to_owned();
@@ -574,29 +573,6 @@ fn a_sidecar_on_the_store_follows_changes_made_through_serve() {
 
 // ---- lease stream: triggers, schedules and the journal across instances ----
 
-/// A python one-shot plugin `name` in `site`: `hooks` are `(hook, body)`;
-/// each body runs with `req` and `log(line)` (appends a JSON line to
-/// `<plugin>/log.jsonl`, one write) defined, and prints `reply`.
-fn python_plugin(site: &Site, name: &str, manifest: &str, hooks: &[(&str, &str)]) {
-    let dir = site.plugin_dir(name);
-    let mut toml = format!("name = \"{name}\"\nversion = \"0.1.0\"\n{manifest}\n[hooks]\nruntime = \"python\"\n");
-    for (hook, body) in hooks {
-        toml.push_str(&format!("{hook} = \"hooks/{hook}.py\"\n"));
-        let indented: String = body.lines().map(|l| format!("    {l}\n")).collect();
-        write(
-            &dir.join(format!("hooks/{hook}.py")),
-            &format!(
-                "import json, os, sys, time\n\
-                 here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))\n\
-                 def log(line):\n    fd = os.open(os.path.join(here, 'log.jsonl'), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)\n    os.write(fd, (json.dumps(line) + '\\n').encode())\n    os.close(fd)\n\
-                 req = json.load(sys.stdin)\nreply = {{}}\nif True:\n{indented}\
-                 print(json.dumps(reply))\n"
-            ),
-        );
-    }
-    write(&dir.join("plugin.toml"), &toml);
-}
-
 /// How many records of each key `of` the sites' logs of plugin `name` hold,
 /// and which keys the site `marked` recorded.
 fn tally(
@@ -623,8 +599,7 @@ fn keys_in(site: &Site, name: &str, of: impl Fn(&Value) -> Option<String>) -> st
 /// time trigger) works for a while and logs `done`; an event trigger's
 /// firing logs its event's `n`.
 fn trigger_recorder(site: &Site) {
-    python_plugin(
-        site,
+    site.python(
         "rec",
         "",
         &[(
@@ -731,8 +706,7 @@ fn due_triggers_fire_once_across_instances_that_start_and_die() {
 fn ticking_pair(db: &pg::Database) -> (Vec<Site>, Vec<Option<crate::util::http::Daemon>>) {
     let sites: Vec<Site> = (0..2).map(|_| site_on(&db.url)).collect();
     for s in &sites {
-        python_plugin(
-            s,
+        s.python(
             "ticker",
             "[[schedules]]\nid = \"tick\"\ninterval_secs = 1\n",
             &[("run_schedule", "log({'id': req['id'], 'at': time.time()})")],
@@ -818,7 +792,7 @@ fn kill_9_during_32_clients_after_turns_loses_no_acknowledged_turn() {
     let db = pg::database();
     let sites: Vec<Site> = (0..3).map(|_| site_on(&db.url)).collect();
     for s in &sites {
-        python_plugin(s, "rec", "", &[("after_turn", "time.sleep(0.2)\nlog({'turn': req['messages'][0]['content']})")]);
+        s.python("rec", "", &[("after_turn", "time.sleep(0.2)\nlog({'turn': req['messages'][0]['content']})")]);
         write(
             &s.home().join("config.toml"),
             &format!("[store]\nurl = \"{}\"\n[context_engine]\nplugin = \"rec\"\n", db.url),
