@@ -139,8 +139,7 @@ impl AppState {
     /// A plugin of the stack's configuration that declares `hook` and is
     /// refused here (its files are not the fleet's version).
     fn refused_in_stack(&self, hook: crate::protocol::HookName) -> Option<Arc<crate::app::catalog::fleet::Refusal>> {
-        let names = self.engine.configured_names();
-        self.catalog.refusing(hook, |name, _| names.iter().any(|n| n == name))
+        self.catalog.refusing_in_stack(&self.engine, hook)
     }
 
     /// A plugin that asks to take part in the agent loop, declares `hook`

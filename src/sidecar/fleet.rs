@@ -46,8 +46,7 @@ impl Plugins {
 
     /// A plugin of `engine`'s stack that declares `hook` and is refused here.
     pub fn refusing(&self, engine: &StackEngine, hook: HookName) -> Option<Arc<Refusal>> {
-        let names = engine.configured_names();
-        self.catalog.refusing(hook, |name, _| names.iter().any(|n| n == name))
+        self.catalog.refusing_in_stack(engine, hook)
     }
 
     /// Every refused plugin (for the log at start).

@@ -332,6 +332,19 @@ impl Catalog {
             .and_then(|(_, e)| e.refused.clone())
     }
 
+    /// A plugin of `engine`'s stack that declares `hook` and is refused here
+    /// (the agent API's and the sidecar's check before each call). The
+    /// stack's names are only read when some refused plugin declares `hook`:
+    /// nothing is allocated on the call path while every plugin runs.
+    pub fn refusing_in_stack(
+        &self,
+        engine: &crate::engine::stack::StackEngine,
+        hook: crate::protocol::HookName,
+    ) -> Option<Arc<fleet::Refusal>> {
+        let names = std::cell::OnceCell::new();
+        self.refusing(hook, |name, _| names.get_or_init(|| engine.configured_names()).iter().any(|n| n == name))
+    }
+
     /// Marks plugin `name` as not running for `error` (the agent loop could
     /// not open its host services).
     pub(crate) fn fail(&self, name: &str, error: &str) {
