@@ -11,13 +11,14 @@
 //! call's whole environment as JSON, with four fds — the call's own socket,
 //! the hook's stdin read end, stdout and stderr write ends.
 //!
-//! The call runs in a **spare**: a child the server forks while it has
-//! nothing else to do, so the fork — the largest part of a call's cost
-//! (copying the page tables of an interpreter with its modules loaded) — is
-//! off the call's path. A spare does at once what every call's process does
+//! The call runs in a **spare**: a child the server forks while no call
+//! runs (not during one: on few cores that would take CPU from it), so the
+//! fork — the largest part of a call's cost (Python's fork handling and the
+//! page tables of an interpreter with its modules loaded) — is off the
+//! next call's path. A spare does at once what every call's process does
 //! first: its own process group, child subreaper, default signals, every
 //! inherited fd closed but its own socket to the server, and a *rehearsal*
-//! (`_rehearse`: compile and run a tiny JSON script, walk the environment,
+//! (`_rehearse`: compile and run a tiny JSON script, set and unset a variable, walk `sys.modules` as the finalisation does, print,
 //! flush, collect) whose writes copy the pages a call would copy on write,
 //! before the call waits for them (~300 → ~110 page faults per call). Then
 //! it waits. On a call the server passes it the header and the three pipes;

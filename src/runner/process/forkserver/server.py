@@ -406,8 +406,8 @@ class Server:
         self.sel.register(control, selectors.EVENT_READ, ("control", None))
         # pid -> [call socket fd, pidfd, the spare's socket while it waits for `g`]
         self.calls = {}
-        # The next call's process, forked while nothing else is to do: the
-        # fork (the biggest part of a call's cost) is then off its path.
+        # The next call's process, forked while no call runs: the fork (the
+        # biggest part of a call's cost) is then off the next call's path.
         self.spare = None
         # A fork failed (a process limit): no spare until a call comes.
         self.spare_failed = False
@@ -416,7 +416,9 @@ class Server:
 
     def run(self):
         while True:
-            chores = self.to_compile or (self.spare is None and not self.spare_failed)
+            # Not while a call runs: on a machine with few cores the fork
+            # and the spare's rehearsal would take CPU from that call.
+            chores = not self.calls and (self.to_compile or (self.spare is None and not self.spare_failed))
             events = self.sel.select(0 if chores else None)
             if not events and chores:
                 self.chores()
@@ -432,7 +434,7 @@ class Server:
                     self.hangup(pid)
 
     def chores(self):
-        """What the server does while no call needs it: compile the scripts
+        """What the server does while no call runs: compile the scripts
         of recent calls, then fork the next call's process (which so has
         them compiled)."""
         changed = False
