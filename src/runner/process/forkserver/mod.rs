@@ -18,9 +18,10 @@
 //! next call's path. A spare does at once what every call's process does
 //! first: its own process group, child subreaper, default signals, every
 //! inherited fd closed but its own socket to the server, and a *rehearsal*
-//! (`_rehearse`: compile and run a tiny JSON script, set and unset a variable, walk `sys.modules` as the finalisation does, print,
-//! flush, collect) whose writes copy the pages a call would copy on write,
-//! before the call waits for them (~300 → ~110 page faults per call). Then
+//! (`_rehearse`: compile and run a tiny JSON script, set and unset a
+//! variable, walk `sys.modules` as the finalisation does, print, flush,
+//! collect) whose writes copy the pages a call would copy on write, before
+//! the call waits for them (~300 → ~110 page faults per call). Then
 //! it waits. On a call the server passes it the header and the three pipes;
 //! the spare points fds 0-2 at the pipes, replaces `os.environ` wholesale,
 //! sets `sys.argv` and `sys.path[0]` and runs the script as `__main__` with
