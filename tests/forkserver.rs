@@ -199,18 +199,27 @@ fn overlapping_calls_run_apart_and_the_waiting_spare_holds_nothing_of_a_call() {
     let server = runner.forkserver_pid().unwrap() as i32;
     within(5, "one spare waiting", || python_children(server).len() == 1);
     let spare = python_children(server)[0];
-    let fds: Vec<String> = std::fs::read_dir(format!("/proc/{spare}/fd"))
-        .unwrap()
-        .flatten()
-        .map(|e| {
-            format!(
-                "{} -> {}",
-                e.file_name().to_string_lossy(),
-                std::fs::read_link(e.path()).unwrap_or_default().display()
-            )
-        })
-        .collect();
-    assert_eq!(fds.len(), 4, "the spare holds fds 0-2 and its socket only: {fds:?}");
+    let fds = || -> Vec<String> {
+        std::fs::read_dir(format!("/proc/{spare}/fd"))
+            .map(|dir| {
+                dir.flatten()
+                    .map(|e| {
+                        let target = std::fs::read_link(e.path()).unwrap_or_default();
+                        format!("{} -> {}", e.file_name().to_string_lossy(), target.display())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // Just forked, it still has the server's fds: it closes them before it
+    // waits for its call (the calls above checked what a call's process has).
+    let start = std::time::Instant::now();
+    while fds().len() != 4 && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let held = fds();
+    assert_eq!(held.len(), 4, "the waiting spare holds fds 0-2 and its socket only: {held:?}");
+    assert!(held[3].contains("socket:"), "its fd 3 is its socket to the server: {held:?}");
 }
 
 /// The children of the python fork server below `root` (the spawned process
