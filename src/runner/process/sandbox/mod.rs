@@ -575,15 +575,24 @@ impl ChildSteps {
     }
 
     /// In the namespace's init: the daemon's argv and environment hidden,
-    /// its `/proc` and the view's covers.
+    /// a mount namespace of its own with its `/proc` and the view's covers.
+    ///
+    /// The init makes the mount namespace, not the keeper: the last process
+    /// of a mount namespace to exit tears its mounts down, which waits for
+    /// an RCU grace period (0.1 to 20 ms here). The init exits after handing
+    /// the hook's status to the keeper, off the call's path; the keeper,
+    /// whose exit ends the call, is never in it.
     ///
     /// # Safety
     /// Between clone and exec, in the init.
     pub(super) unsafe fn init_namespace(&self) -> io::Result<()> {
-        // SAFETY: prctl and memset on the init's own memory, mounts in its
-        // own mount namespace.
+        // SAFETY: prctl and memset on the init's own memory, unshare of its
+        // own mount namespace, mounts in it.
         unsafe {
             pidns::hide_daemon(&self.wipe);
+            if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                return Err(io::Error::last_os_error());
+            }
             pidns::mount_proc()?;
             if let Some(view) = &self.view {
                 view.apply()?;
