@@ -78,7 +78,10 @@ fn fixture() -> Fixture {
 }
 
 fn runner(f: &Fixture, dir: &Path) -> ProcessRunner {
-    let config = HostConfig::default();
+    // The spawn path a one-shot hook takes without the fork server
+    // (`benches/forkserver.rs` measures that one).
+    let mut config = HostConfig::default();
+    config.runner.python_forkserver = false;
     let cx = LoadContext { home: &f.home, config: &config, host_env: &LoadContext::process_env };
     load_script_plugin(dir, &cx).unwrap().0
 }
