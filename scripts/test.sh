@@ -112,15 +112,36 @@ if ((${#npm_missing[@]})); then
     "${sudo[@]}" npm install -g --no-audit --no-fund "${npm_missing[@]}" >/dev/null
 fi
 
+# Compiling them takes minutes of CPU: it runs while the tests build (a
+# build leaves a core idle for long stretches: linking, the last crates).
+cargo_install_pid=
+cargo_install_log=
 if ((${#cargo_missing[@]})); then
-    echo "scripts/test.sh: installing ${cargo_missing[*]} from crates.io (cargo install)" >&2
-    cargo install --locked --debug --quiet "${cargo_missing[@]}"
+    echo "scripts/test.sh: installing ${cargo_missing[*]} from crates.io (cargo install, while the tests build)" >&2
+    cargo_install_log=$(mktemp)
+    cargo install --locked --debug --quiet "${cargo_missing[@]}" >"$cargo_install_log" 2>&1 &
+    cargo_install_pid=$!
 fi
 
 # rust-toolchain.toml pins the toolchain and lists the wasm32-wasip2 target;
 # older rustup versions install the toolchain but not its extra targets.
 if command -v rustup >/dev/null 2>&1 && ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
     rustup target add wasm32-wasip2
+fi
+
+if [ -n "$cargo_install_pid" ]; then
+    built=0
+    cargo test --no-run "$@" && built=1
+    if ! wait "$cargo_install_pid"; then
+        cat "$cargo_install_log" >&2
+        echo "scripts/test.sh: cargo install --locked --debug ${cargo_missing[*]} failed (above)" >&2
+        exit 1
+    fi
+    rm -f "$cargo_install_log"
+    if ((!built)); then
+        echo "scripts/test.sh: the tests did not build (above)" >&2
+        exit 1
+    fi
 fi
 
 exec cargo test "$@"

@@ -104,6 +104,9 @@ print(json.dumps({"type": "ingest_result", "memories": [], "name": __name__, "ar
     ("os_exit", "import os\nprint('{\"type\": \"ingest_result\", \"memories\": []}', flush=True)\nos._exit(4)\n"),
     ("signal", "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n"),
     ("interrupt", "raise KeyboardInterrupt\n"),
+    // Compiling warns: the warning is on stderr at every call (a script
+    // whose compiling warns is never run from the server's compiled code).
+    ("warns", "import sys\nx = 1 is 1\nsys.exit(2)\n"),
     (
         "state",
         // Module state of a preloaded module: a call that finds the mark of
@@ -112,9 +115,10 @@ print(json.dumps({"type": "ingest_result", "memories": [], "name": __name__, "ar
     ),
 ];
 
-/// Every targeted script through both paths, twice (the second call of the
-/// fork server runs after a first one changed what it could): the same
-/// reply or error, and the fork server took every call.
+/// Every targeted script through both paths, three times (later calls of
+/// the fork server run after earlier ones changed what they could, and once
+/// the server has compiled the script): the same reply or error, and the
+/// fork server took every call.
 #[test]
 fn targeted_scripts_behave_the_same_through_both_paths() {
     let rt = rt();
@@ -124,7 +128,7 @@ fn targeted_scripts_behave_the_same_through_both_paths() {
         let spawned = python_plugin(name, script, "forkserver = false");
         let (fork_runner, fork_metrics) = load_with(&forked.dir, &forked.home, &config);
         let (spawn_runner, _) = load_with(&spawned.dir, &spawned.home, &config);
-        for round in 0..2 {
+        for round in 0..3 {
             let a = call(&rt, &spawn_runner, HookName::Ingest, ingest("hello there"));
             let b = call(&rt, &fork_runner, HookName::Ingest, ingest("hello there"));
             // Paths differ between the two plugin dirs: compare with them masked.
@@ -163,6 +167,85 @@ fn calls_really_go_through_the_fork_server() {
     let d = call(&rt, &off_runner, HookName::Ingest, ingest("x")).unwrap();
     assert_eq!(d["pre"].as_bool(), Some(false));
     assert!(off_runner.forkserver_pid().is_none());
+}
+
+/// Calls that overlap each run in a process of their own (one spare waits;
+/// the others are forked when they come), and the spare waiting for the
+/// next call holds nothing of any call: no fd but its socket to the server
+/// and fds 0-2, which it replaces when its call comes.
+#[test]
+fn overlapping_calls_run_apart_and_the_waiting_spare_holds_nothing_of_a_call() {
+    let rt = rt();
+    let script = "import json, os, sys, time\nsys.stdin.readline()\ntime.sleep(0.3)\nprint(json.dumps({'type': 'ingest_result', 'memories': [], 'pid': os.getpid(), 'fds': sorted(os.listdir('/proc/self/fd'))}))\n";
+    let p = python_plugin("overlap", script, "");
+    let (runner, metrics) = load_with(&p.dir, &p.home, &HostConfig::default());
+    call(&rt, &runner, HookName::Ingest, ingest("warm")).unwrap();
+    let request = HookRequest::from_json(HookName::Ingest, ingest("x")).unwrap();
+    let options = CallOptions::default();
+    let (a, b, c, d) = rt.block_on(async {
+        let one = || runner.call(&request, &options);
+        tokio::join!(one(), one(), one(), one())
+    });
+    let replies: Vec<Value> = [a, b, c, d].into_iter().map(|r| r.unwrap()).collect();
+    let mut pids: Vec<i64> = replies.iter().map(|r| r["pid"].as_i64().unwrap()).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    assert_eq!(pids.len(), 4, "four calls, four processes: {replies:?}");
+    for r in &replies {
+        // 0-2 and the fd `listdir` itself opened: nothing of the server's or another call's.
+        assert_eq!(r["fds"].as_array().unwrap().len(), 4, "a call's process sees only its own fds: {r}");
+    }
+    assert_eq!(fallbacks(&metrics, "overlap"), 0);
+    let server = runner.forkserver_pid().unwrap() as i32;
+    within(5, "one spare waiting", || python_children(server).len() == 1);
+    let spare = python_children(server)[0];
+    let fds: Vec<String> = std::fs::read_dir(format!("/proc/{spare}/fd"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(fds.len(), 4, "the spare holds fds 0-2 and its socket only: {fds:?}");
+}
+
+/// The children of the python fork server below `root` (the spawned process
+/// is a keeper or a namespace's init when the sandbox has one): the python
+/// processes running the server's code whose parent runs it too.
+fn python_children(root: i32) -> Vec<i32> {
+    let runs_server = |pid: i32| {
+        String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default())
+            .contains("fork server")
+    };
+    let parent = |pid: i32| -> i32 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().nth(1)).and_then(|p| p.parse().ok()).unwrap_or(0)
+    };
+    let mut all = descendants(root);
+    all.push(root);
+    all.into_iter().filter(|&pid| runs_server(pid) && runs_server(parent(pid))).collect()
+}
+
+/// The server runs compiled code only for the source a call's process
+/// read: a script rewritten with the same size and its times set back runs
+/// its new text at the next call.
+#[test]
+fn an_edited_script_runs_its_new_text_even_with_the_same_size_and_times() {
+    let rt = rt();
+    let script = |word: &str| format!("import json\nprint(json.dumps({{'type': 'ingest_result', 'memories': [{{'content': '{word}'}}]}}))\n");
+    let p = python_plugin("edited", &script("one"), "");
+    let (runner, _) = load_with(&p.dir, &p.home, &HostConfig::default());
+    let path = p.dir.join("hooks/ingest.py");
+    for _ in 0..3 {
+        let r = call(&rt, &runner, HookName::Ingest, ingest("x")).unwrap();
+        assert_eq!(r["memories"][0]["content"], "one");
+    }
+    let before = std::fs::metadata(&path).unwrap();
+    std::fs::write(&path, script("two")).unwrap();
+    let times = std::fs::FileTimes::new().set_modified(before.modified().unwrap()).set_accessed(before.accessed().unwrap());
+    std::fs::File::options().write(true).open(&path).unwrap().set_times(times).unwrap();
+    let after = std::fs::metadata(&path).unwrap();
+    assert_eq!((after.len(), after.modified().unwrap()), (before.len(), before.modified().unwrap()));
+    let r = call(&rt, &runner, HookName::Ingest, ingest("x")).unwrap();
+    assert_eq!(r["memories"][0]["content"], "two");
 }
 
 /// The python examples and the LibreFang-style fixture: the same replies
@@ -279,14 +362,27 @@ print(json.dumps({"type": "ingest_result", "memories": [], "pids": [int(p) for p
     // A first call that leaves nothing: the server's own process tree.
     call(&rt, &runner, HookName::Ingest, ingest("quiet")).unwrap();
     let server = runner.forkserver_pid().unwrap() as i32;
-    let baseline = descendants(server).len();
+    let baseline = settled(server);
     let reply = call(&rt, &runner, HookName::Ingest, ingest("x")).unwrap();
     assert_eq!(runner.forkserver_pid(), Some(server as u32));
     // The pids are of the hook's pid namespace when it has one; the host
     // sees the server's tree: back to what it was once the call returned.
     let pids: Vec<i64> = reply["pids"].as_array().unwrap().iter().filter_map(Value::as_i64).collect();
     assert_eq!(pids.len(), 2, "{reply}");
-    within(5, "the call's leftovers are killed", || descendants(server).len() == baseline);
+    within(5, "the call's leftovers are killed", || settled_again(server, baseline));
+}
+
+/// How many processes the server's tree has between calls: the server, its
+/// keeper or init, and the spare waiting for the next call (waited for).
+fn settled(server: i32) -> usize {
+    within(5, "the spare for the next call", || python_children(server).len() == 1);
+    descendants(server).len()
+}
+
+/// The tree is back to `baseline` with only the spare below the server:
+/// nothing a call left (a double-forked daemon is reparented to the server).
+fn settled_again(server: i32, baseline: usize) -> bool {
+    descendants(server).len() == baseline && python_children(server).len() == 1
 }
 
 /// Pids below `pid` in the host's view (children, recursively), `pid`'s
@@ -325,12 +421,12 @@ fn a_timeout_kills_the_hook_and_the_server_serves_on() {
     let (runner, _) = load_with(&p.dir, &p.home, &HostConfig::default());
     assert!(call(&rt, &runner, HookName::Ingest, ingest("fast")).is_ok());
     let server = runner.forkserver_pid().unwrap() as i32;
-    let baseline = descendants(server).len();
+    let baseline = settled(server);
     let start = std::time::Instant::now();
     let e = call(&rt, &runner, HookName::Ingest, ingest("slow")).unwrap_err();
     assert!(matches!(e, HookError::Timeout { .. }), "{e}");
     assert!(start.elapsed() < Duration::from_secs(10));
-    within(5, "the timed-out hook is gone", || descendants(server).len() == baseline);
+    within(5, "the timed-out hook is gone", || settled_again(server, baseline));
     assert!(call(&rt, &runner, HookName::Ingest, ingest("fast")).is_ok());
     assert_eq!(runner.forkserver_pid(), Some(server as u32), "the same server serves on");
 }

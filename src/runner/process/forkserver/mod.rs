@@ -9,19 +9,42 @@
 //! forks inherits that confinement. Its fd 0 is a `SOCK_SEQPACKET` socket
 //! to the host. Each call sends one message: the script, argv and the
 //! call's whole environment as JSON, with four fds — the call's own socket,
-//! the hook's stdin read end, stdout and stderr write ends. The server forks;
-//! the child makes its own process group, becomes a child subreaper, points
-//! fds 0-2 at the pipes, closes every other fd, replaces `os.environ`
-//! wholesale, sets `sys.argv` and `sys.path[0]` and runs the script as
-//! `__main__` with the interpreter's exit rules (`SystemExit`, uncaught
-//! exception → traceback and 1, non-daemon threads joined, `atexit`, flush →
-//! 120 on a failed stdout flush, module finalisers, `KeyboardInterrupt` →
-//! SIGINT). The server answers on the call's socket with the child's pidfd,
-//! then, once the child has exited, kills what is left of its process group
-//! (before reaping: the group id cannot have been reused), reaps it, kills
-//! every process the call left behind (reparented to the server, a child
-//! subreaper: a daemonising hook's double fork included) and sends the wait
-//! status.
+//! the hook's stdin read end, stdout and stderr write ends.
+//!
+//! The call runs in a **spare**: a child the server forks while no call
+//! runs (not during one: on few cores that would take CPU from it), so the
+//! fork — the largest part of a call's cost (Python's fork handling and the
+//! page tables of an interpreter with its modules loaded) — is off the
+//! next call's path. A spare does at once what every call's process does
+//! first: its own process group, child subreaper, default signals, every
+//! inherited fd closed but its own socket to the server, and a *rehearsal*
+//! (`_rehearse`: compile and run a tiny JSON script, set and unset a
+//! variable, walk `sys.modules` as the finalisation does, print, flush,
+//! collect) whose writes copy the pages a call would copy on write, before
+//! the call waits for them (~300 → ~110 page faults per call). Then
+//! it waits. On a call the server passes it the header and the three pipes;
+//! the spare points fds 0-2 at the pipes, replaces `os.environ` wholesale,
+//! sets `sys.argv` and `sys.path[0]` and runs the script as `__main__` with
+//! the interpreter's exit rules (`SystemExit`, uncaught exception →
+//! traceback and 1, non-daemon threads joined, `atexit`, flush → 120 on a
+//! failed stdout flush, module finalisers, `KeyboardInterrupt` → SIGINT).
+//! Calls that overlap find no spare and get a child forked at once. A spare
+//! is forked from the server, never from a call's process: nothing a call
+//! does reaches a later one. The server answers on the call's socket with
+//! the child's pidfd, then, once the child has exited, kills what is left
+//! of its process group (before reaping: the group id cannot have been
+//! reused), reaps it, kills every process the call left behind
+//! (reparented to the server, a child subreaper: a daemonising hook's
+//! double fork included) and sends the wait status.
+//!
+//! While idle the server also compiles the scripts of recent calls
+//! (`_CODE`, keyed by path and a BLAKE2 digest of the source; read with
+//! `O_NONBLOCK`, regular files up to 1 MiB only). A call's process reads its
+//! script as a spawned interpreter would and runs the cached code only when
+//! the digest of what it read matches: the same source, name and flags
+//! compile to the same code, so an edited script runs its new text at the
+//! next call. A script whose compiling warns is never cached (the warning
+//! is the hook's stderr, every call).
 //!
 //! The host ([`call`]) feeds stdin, reads both streams under the cap, and on
 //! a deadline, a cap or a dropped call kills the child through its pidfd
