@@ -116,7 +116,9 @@ fn single_calls(root: &Path) {
     println!("one call of a trivial one-shot python hook, ms (p50 / p90):");
     println!("  plain spawn            {spawn50:8.3} / {spawn90:8.3}");
     println!("  persistent worker      {worker50:8.3} / {worker90:8.3}");
-    println!("  fork server            {fork50b:8.3} / {fork90b:8.3}   (paired with the worker: {worker_over:.2}x of it)");
+    println!(
+        "  fork server            {fork50b:8.3} / {fork90b:8.3}   (paired with the worker: {worker_over:.2}x of it)"
+    );
     println!("  fork server            {fork50:8.3} / {fork90:8.3}   (paired with the spawn: {spawn_over:.3}x of it)");
     let p50 = fork50b;
     println!(
