@@ -772,27 +772,18 @@ fn a_probe_cache_forged_to_claim_less_does_not_unconfine_hooks() {
     assert_eq!(claimed, present, "the cache claims exactly what the probe found: {report}");
     assert!(present.contains(&"netns".to_owned()), "the network is denied here by a namespace: {report}");
 
-    let forgeries: [(&str, Box<dyn Fn()>); 4] = [
-        ("claims nothing", Box::new(|| forge_cache(&cache, &[], json!({})))),
-        (
-            "says every layer is missing",
-            Box::new(|| {
-                forge_cache(
-                    &cache,
-                    &[],
-                    json!({"netns": false, "pidns": false, "userns": false, "landlock_abi": 0, "seccomp": false,
-                           "missing": ["landlock", "network namespace", "seccomp"]}),
-                )
-            }),
-        ),
-        (
-            "claims names it does not know",
-            Box::new(|| forge_cache(&cache, &["landlock", "nonetns", "none"], json!({}))),
-        ),
-        ("is corrupt", Box::new(|| write(&cache, "{\"claims\": [], \"netns\": fal"))),
-    ];
-    for (what, forge) in forgeries {
-        forge();
+    for what in ["claims nothing", "says every layer is missing", "claims names it does not know", "is corrupt"] {
+        match what {
+            "claims nothing" => forge_cache(&cache, &[], json!({})),
+            "says every layer is missing" => forge_cache(
+                &cache,
+                &[],
+                json!({"netns": false, "pidns": false, "userns": false, "landlock_abi": 0, "seccomp": false,
+                       "missing": ["landlock", "network namespace", "seccomp"]}),
+            ),
+            "claims names it does not know" => forge_cache(&cache, &["landlock", "nonetns", "none"], json!({})),
+            _ => write(&cache, "{\"claims\": [], \"netns\": fal"),
+        }
         let lines = run(&p);
         assert_eq!(lines, honest, "a cache that {what}: the hook must be confined as before");
         assert!(listener.accept().is_err(), "a cache that {what}: the hook reached the host's network");
