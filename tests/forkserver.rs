@@ -202,22 +202,35 @@ fn overlapping_calls_run_apart_and_the_waiting_spare_holds_nothing_of_a_call() {
     let fds: Vec<String> = std::fs::read_dir(format!("/proc/{spare}/fd"))
         .unwrap()
         .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .map(|e| {
+            format!(
+                "{} -> {}",
+                e.file_name().to_string_lossy(),
+                std::fs::read_link(e.path()).unwrap_or_default().display()
+            )
+        })
         .collect();
     assert_eq!(fds.len(), 4, "the spare holds fds 0-2 and its socket only: {fds:?}");
 }
 
 /// The children of the python fork server below `root` (the spawned process
-/// is a keeper or a namespace's init when the sandbox has one): the python
-/// processes running the server's code whose parent runs it too.
+/// is a keeper or a namespace's init when the sandbox has one, and an init
+/// shows the command line of what it started): the python processes running
+/// the server's code whose parent does too.
 fn python_children(root: i32) -> Vec<i32> {
     let runs_server = |pid: i32| {
-        String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default())
-            .contains("fork server")
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        comm.starts_with("python")
+            && String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default())
+                .contains("fork server")
     };
     let parent = |pid: i32| -> i32 {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().nth(1)).and_then(|p| p.parse().ok()).unwrap_or(0)
+        stat.rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0)
     };
     let mut all = descendants(root);
     all.push(root);
@@ -230,7 +243,9 @@ fn python_children(root: i32) -> Vec<i32> {
 #[test]
 fn an_edited_script_runs_its_new_text_even_with_the_same_size_and_times() {
     let rt = rt();
-    let script = |word: &str| format!("import json\nprint(json.dumps({{'type': 'ingest_result', 'memories': [{{'content': '{word}'}}]}}))\n");
+    let script = |word: &str| {
+        format!("import json\nprint(json.dumps({{'type': 'ingest_result', 'memories': [{{'content': '{word}'}}]}}))\n")
+    };
     let p = python_plugin("edited", &script("one"), "");
     let (runner, _) = load_with(&p.dir, &p.home, &HostConfig::default());
     let path = p.dir.join("hooks/ingest.py");
@@ -240,7 +255,8 @@ fn an_edited_script_runs_its_new_text_even_with_the_same_size_and_times() {
     }
     let before = std::fs::metadata(&path).unwrap();
     std::fs::write(&path, script("two")).unwrap();
-    let times = std::fs::FileTimes::new().set_modified(before.modified().unwrap()).set_accessed(before.accessed().unwrap());
+    let times =
+        std::fs::FileTimes::new().set_modified(before.modified().unwrap()).set_accessed(before.accessed().unwrap());
     std::fs::File::options().write(true).open(&path).unwrap().set_times(times).unwrap();
     let after = std::fs::metadata(&path).unwrap();
     assert_eq!((after.len(), after.modified().unwrap()), (before.len(), before.modified().unwrap()));
