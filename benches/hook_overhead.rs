@@ -4,12 +4,17 @@
 //! - `per_call/<runtime>`: one hook call through `ProcessRunner` (cleared env,
 //!   process group, per-call TMPDIR, concurrent reads, limits) against the
 //!   same program spawned bare from Rust with the same request on stdin.
-//!   Goal: ctxhost adds under 0.5 ms per call. The plugins run unsandboxed
+//!   Goal: ctxhost adds under 0.4 ms per call, as root and as uid 65534 (run
+//!   as root, the paired figures are printed again as 65534: the bench
+//!   re-runs itself under `setpriv`). The plugins run unsandboxed
 //!   (`allow_network`/`allow_filesystem`): `benches/sandbox.rs` measures the
 //!   sandbox's cost.
 //! - `whole_run/python`: a full `ctxhost hook` run (ctxhost's own start
-//!   included) against running the script with the real interpreter directly.
-//!   Goal: within 1.15x.
+//!   included) against running the script with the real interpreter directly:
+//!   the plugin unsandboxed (goal: within 1.15x), and with the default
+//!   sandbox (goal: within 1.10x) — with the sandbox probe's cache as every
+//!   run after the first has it, and without (removed before each run: the
+//!   probe forks again), to show what the cache saves.
 //!
 //! A 0.5 ms difference on a 40 ms python start is below this machine's
 //! run-to-run drift between two criterion groups, so the goals are judged on
@@ -45,6 +50,8 @@ struct Fixture {
     home: Home,
     native_dir: PathBuf,
     python_dir: PathBuf,
+    /// The python example with the default sandbox.
+    sandboxed_dir: PathBuf,
     python: PathBuf,
 }
 
@@ -52,8 +59,12 @@ fn fixture() -> Fixture {
     let root = tempfile::tempdir().unwrap();
     let native_dir = root.path().join("plugins/native-memory");
     let python_dir = root.path().join("plugins/python-memory");
+    let sandboxed_dir = root.path().join("plugins/python-sandboxed");
     examples::copy_example("native-memory", &native_dir);
     examples::copy_example("python-memory", &python_dir);
+    examples::copy_example("python-memory", &sandboxed_dir);
+    // As root a sandboxed hook runs as its plugin's uid: the way to its dir must be open.
+    std::fs::set_permissions(root.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     // The overhead of the runner itself: the sandbox's cost is benches/sandbox.rs's.
     for dir in [&native_dir, &python_dir] {
         let manifest = dir.join("plugin.toml");
@@ -63,11 +74,14 @@ fn fixture() -> Fixture {
     }
     let out = Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().unwrap();
     let python = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
-    Fixture { home: Home::at(root.path().join("home")), _root: root, native_dir, python_dir, python }
+    Fixture { home: Home::at(root.path().join("home")), _root: root, native_dir, python_dir, sandboxed_dir, python }
 }
 
 fn runner(f: &Fixture, dir: &Path) -> ProcessRunner {
-    let config = HostConfig::default();
+    // The spawn path a one-shot hook takes without the fork server
+    // (`benches/forkserver.rs` measures that one).
+    let mut config = HostConfig::default();
+    config.runner.python_forkserver = false;
     let cx = LoadContext { home: &f.home, config: &config, host_env: &LoadContext::process_env };
     load_script_plugin(dir, &cx).unwrap().0
 }
@@ -112,12 +126,24 @@ fn per_call(c: &mut Criterion) {
     g.finish();
 }
 
+/// The load average now (`/proc/loadavg`'s first three fields).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
 fn summary() {
     let f = fixture();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let request = HookRequest::from_json(HookName::Ingest, serde_json::from_str(REQUEST).unwrap()).unwrap();
     let options = CallOptions::default();
-    println!("\nPaired measurement (medians; the two sides alternate call by call):");
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    println!(
+        "\nPaired measurement as uid {uid} (medians; the two sides alternate call by call; load average {}):",
+        load_average()
+    );
     let native_bin = f.native_dir.join("bin/native-memory");
     let r = runner(&f, &f.native_dir);
     let (bare_ms, ours, added, _) = paired(
@@ -127,8 +153,8 @@ fn summary() {
             rt.block_on(r.call(&request, &options)).unwrap();
         },
     );
-    let verdict = if added < 0.5 { "meets" } else { "MISSES" };
-    println!("  native per call: bare {bare_ms:.3} ms, ctxhost {ours:.3} ms, added {added:.3} ms ({verdict} < 0.5 ms)");
+    let verdict = if added < 0.4 { "meets" } else { "MISSES" };
+    println!("  native per call: bare {bare_ms:.3} ms, ctxhost {ours:.3} ms, added {added:.3} ms ({verdict} < 0.4 ms)");
 
     let script = f.python_dir.join("hooks/memory.py");
     // An A/A run (bare against bare) shows how much of a python difference is
@@ -147,9 +173,9 @@ fn summary() {
     // are the steadiest view of what ctxhost itself adds.
     let p10_added = quantile(tb.clone(), 0.1) - quantile(ta.clone(), 0.1);
     let (bare_ms, ours, added) = (median(ta), median(tb), median(diff));
-    let verdict = if added < 0.5 { "meets" } else { "MISSES" };
+    let verdict = if added < 0.4 { "meets" } else { "MISSES" };
     println!(
-        "  python per call: bare {bare_ms:.3} ms, ctxhost {ours:.3} ms, added {added:.3} ms ({verdict} < 0.5 ms; \
+        "  python per call: bare {bare_ms:.3} ms, ctxhost {ours:.3} ms, added {added:.3} ms ({verdict} < 0.4 ms; \
          A/A noise in this run: {noise:+.3} ms; p10 to p10: {p10_added:+.3} ms)"
     );
 
@@ -160,14 +186,68 @@ fn summary() {
         paired(200, || bare(&f.python, &[&script], &f.python_dir), || bare(ctxhost, &args, &f.python_dir));
     let verdict = if ratio <= 1.15 { "meets" } else { "MISSES" };
     println!(
-        "  python whole run: interpreter direct {direct:.2} ms, ctxhost hook {ours:.2} ms, ratio {ratio:.3}x ({verdict} <= 1.15x)"
+        "  python whole run, no sandbox: interpreter direct {direct:.2} ms, ctxhost hook {ours:.2} ms, ratio {ratio:.3}x ({verdict} <= 1.15x)"
     );
+
+    // The default sandbox. The probe cache (written by the first run) as
+    // every later run finds it, then removed before each run.
+    let cache = f.home.cache_dir().join("sandbox-features.json");
+    let sandboxed: [&Path; 5] = [Path::new("--home"), &home, Path::new("hook"), &f.sandboxed_dir, Path::new("ingest")];
+    let sandboxed_script = f.sandboxed_dir.join("hooks/memory.py");
+    bare(ctxhost, &sandboxed, &f.sandboxed_dir);
+    assert!(cache.is_file(), "the first sandboxed run writes the probe cache");
+    let (direct, cached, _, ratio) = paired(
+        200,
+        || bare(&f.python, &[&sandboxed_script], &f.sandboxed_dir),
+        || bare(ctxhost, &sandboxed, &f.sandboxed_dir),
+    );
+    let (_, probed, _, probed_ratio) = paired(
+        200,
+        || bare(&f.python, &[&sandboxed_script], &f.sandboxed_dir),
+        || {
+            let _ = std::fs::remove_file(&cache);
+            bare(ctxhost, &sandboxed, &f.sandboxed_dir)
+        },
+    );
+    let verdict = if ratio <= 1.10 { "meets" } else { "MISSES" };
+    println!(
+        "  python whole run, default sandbox: interpreter direct {direct:.2} ms, ctxhost hook {cached:.2} ms, ratio \
+         {ratio:.3}x ({verdict} <= 1.10x); without the probe cache {probed:.2} ms, ratio {probed_ratio:.3}x \
+         (load average {})",
+        load_average()
+    );
+}
+
+/// As root: the paired figures again as uid 65534.
+fn summary_as_nobody() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let me = std::env::current_exe().unwrap();
+    let status = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&me)
+        .env("CTXHOST_BENCH_SUMMARY_ONLY", "1")
+        .env("CTXHOST_GUESTS_PREBUILT", "1")
+        .env("HOME", std::env::temp_dir())
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .status();
+    match status {
+        Ok(s) if s.success() => {}
+        other => println!("  (the run as uid 65534 did not complete: {other:?}; is the target dir readable by it?)"),
+    }
 }
 
 criterion_group!(benches, per_call);
 
 fn main() {
+    if std::env::var_os("CTXHOST_BENCH_SUMMARY_ONLY").is_some() {
+        summary();
+        return;
+    }
     benches();
     Criterion::default().configure_from_args().final_summary();
     summary();
+    summary_as_nobody();
 }

@@ -11,6 +11,9 @@
 //! `hook_overhead`, the verdict comes from a paired run printed after the
 //! group (the two sides alternate call by call). Run as root, the paired run
 //! is repeated as uid 65534 (the bench re-runs itself under `setpriv`).
+//! The load average is printed with the figures (other builds share the
+//! 2 cores). The whole `ctxhost hook` run with the default sandbox, and
+//! what the sandbox probe's cache saves it, is `hook_overhead`'s.
 
 // A benchmark: a panic is a failed run, not a crash of ctxhost.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -78,7 +81,13 @@ fn summary() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let request = HookRequest::from_json(HookName::Ingest, serde_json::from_str(REQUEST).unwrap()).unwrap();
     let options = CallOptions::default();
-    println!("\nSandbox features: {}", ctxhost::runner::process::sandbox::features().summary());
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    println!(
+        "\nSandbox features: {} (load average {})",
+        ctxhost::runner::process::sandbox::features().summary(),
+        load.join(" ")
+    );
     let (open, confined, added, _) = support::paired(
         600,
         || {

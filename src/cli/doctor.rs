@@ -31,6 +31,12 @@ pub struct DoctorArgs {
 }
 
 pub fn exec(args: DoctorArgs, home: &Home) -> CliResult {
+    // The sandbox line is probed live, never read from the probe cache, and
+    // refreshes it for later `ctxhost hook` runs.
+    if !home.is_throw_away() {
+        use crate::runner::process::sandbox::{probe, probe_cache};
+        probe::use_cache(probe_cache::path_in(&home.cache_dir()), false);
+    }
     let (config, warnings) = HostConfig::load(home.config_file())?;
     super::show_warnings(&warnings);
     let report = doctor::report(&LoadContext { home, config: &config, host_env: &LoadContext::process_env });

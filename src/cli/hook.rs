@@ -66,6 +66,13 @@ pub fn exec(args: HookArgs, home: &Home) -> CliResult {
     warn_unknown_fields(hook, &request);
     let request = HookRequest::from_json(hook, request)?;
 
+    // One call per process: what the last run's sandbox probe found is
+    // taken from the home's cache instead of forking for it again (only
+    // features it claims; see sandbox::probe_cache).
+    if !home.is_throw_away() {
+        use crate::runner::process::sandbox::{probe, probe_cache};
+        probe::use_cache(probe_cache::path_in(&home.cache_dir()), true);
+    }
     let (mut config, warnings) = HostConfig::load(home.config_file())?;
     show_warnings(&warnings);
     // One call per process: a fork server would only add its own start to

@@ -696,3 +696,188 @@ fn no_namespaces_filters() -> Vec<seccompiler::BpfProgram> {
         })
         .collect()
 }
+
+/// The probe cache `ctxhost hook` keeps in `<home>/cache/`.
+fn probe_cache(p: &TestPlugin) -> PathBuf {
+    p.home.join("cache/sandbox-features.json")
+}
+
+/// The features the probe cache at `path` claims, sorted.
+fn cache_claims(path: &Path) -> Vec<String> {
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut claims: Vec<String> =
+        file["claims"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_owned()).collect();
+    claims.sort();
+    claims
+}
+
+/// The cache file at `path` with its claims replaced (its key kept: the
+/// forger knows the machine) and `extra` fields added.
+fn forge_cache(path: &Path, claims: &[&str], extra: Value) {
+    let mut file: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    file["claims"] = json!(claims);
+    for (k, v) in extra.as_object().unwrap() {
+        file[k] = v.clone();
+    }
+    write(path, &file.to_string());
+}
+
+/// A hook that tries to write outside, to reach a listener of the host's
+/// network and counts the processes it sees (its pid namespace's, or all).
+fn escape_probe(root: &Path, port: u16) -> TestPlugin {
+    let outside = outside(root);
+    let body = format!(
+        "if echo x 2>/dev/null > \"{out}/escaped\"; then echo wrote-outside; else echo denied-outside; fi\n\
+         if (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null; then echo connected; else echo refused; fi\n\
+         n=0; for d in /proc/[0-9]*; do n=$((n+1)); done; echo \"processes $n\"\n\
+         echo ran >> ./ran",
+        out = outside.display()
+    );
+    let p = probe(&body, "");
+    // As root the hook runs as its plugin's uid: the way to its dir must be open.
+    std::fs::set_permissions(p.root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+/// The probe cache forged to claim less. `ctxhost hook` keeps what the
+/// sandbox probe found (a network, a pid, a user namespace can be made) in
+/// `<home>/cache/`; an attacker who can write there — a trusted plugin,
+/// another process of the user — rewrites it to say this machine has none
+/// of them, or adds fields saying Landlock and seccomp are missing, or
+/// corrupts it, hoping hooks then run on the host's network and see every
+/// process. Every run must confine exactly as before the forgery: the write
+/// outside denied, the listener never reached, the same processes seen —
+/// and the cache is rewritten with what the live probe found.
+#[test]
+fn a_probe_cache_forged_to_claim_less_does_not_unconfine_hooks() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let p = escape_probe(root.path(), listener.local_addr().unwrap().port());
+    let cache = probe_cache(&p);
+    let honest = run(&p);
+    assert_eq!(honest[..2], ["denied-outside", "refused"], "{honest:?}");
+    assert!(cache.is_file(), "the first run keeps what it probed");
+    let claimed = cache_claims(&cache);
+    // What the live probe says this machine has (doctor never reads the cache).
+    let doctor = p.cmd().args(["doctor", "--json"]).output().unwrap();
+    let report: Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    let f = &report["sandbox"];
+    let mut present: Vec<String> = ["userns", "netns", "pidns"]
+        .into_iter()
+        .filter(|n| f[*n] == true && !(*n == "userns" && f["root"] == true))
+        .map(str::to_owned)
+        .collect();
+    present.sort();
+    assert_eq!(claimed, present, "the cache claims exactly what the probe found: {report}");
+    assert!(present.contains(&"netns".to_owned()), "the network is denied here by a namespace: {report}");
+
+    for what in ["claims nothing", "says every layer is missing", "claims names it does not know", "is corrupt"] {
+        match what {
+            "claims nothing" => forge_cache(&cache, &[], json!({})),
+            "says every layer is missing" => forge_cache(
+                &cache,
+                &[],
+                json!({"netns": false, "pidns": false, "userns": false, "landlock_abi": 0, "seccomp": false,
+                       "missing": ["landlock", "network namespace", "seccomp"]}),
+            ),
+            "claims names it does not know" => forge_cache(&cache, &["landlock", "nonetns", "none"], json!({})),
+            _ => write(&cache, "{\"claims\": [], \"netns\": fal"),
+        }
+        let lines = run(&p);
+        assert_eq!(lines, honest, "a cache that {what}: the hook must be confined as before");
+        assert!(listener.accept().is_err(), "a cache that {what}: the hook reached the host's network");
+        assert!(!root.path().join("outside/escaped").exists(), "a cache that {what}: wrote outside");
+        assert_eq!(cache_claims(&cache), present, "a cache that {what} is rewritten from the live probe");
+    }
+    let runs = std::fs::read_to_string(p.dir.join("ran")).unwrap();
+    assert_eq!(runs.lines().count(), 5, "every run ran the hook: {runs}");
+}
+
+/// Runs `ctxhost hook` for `p`'s ingest on a machine without namespaces (a
+/// seccomp filter refusing them, as in a container that forbids them):
+/// (success, stdout, stderr).
+fn hook_without_namespaces(p: &TestPlugin) -> (bool, String, String) {
+    let filters = no_namespaces_filters();
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("ctxhost"));
+    cmd.arg("--home").arg(&p.home).args(["hook", p.dir.to_str().unwrap(), "ingest"]);
+    cmd.env_remove("RUST_LOG").env_remove("CTXHOST_HOME").env_remove("CTXHOST_PLUGINS_DIR");
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: only prctl and the seccomp syscall on programs compiled in the parent.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                for program in &filters {
+                    let fprog = libc::sock_fprog {
+                        len: program.len() as u16,
+                        filter: program.as_ptr().cast::<libc::sock_filter>().cast_mut(),
+                    };
+                    let fprog: *const libc::sock_fprog = &fprog;
+                    if libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0, fprog) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+    }
+    let out = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(b"{}\n")?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The probe cache forged to claim more than the machine has. On a machine
+/// where no namespace can be made (a seccomp filter refusing them, as some
+/// container runtimes do) the cache is rewritten to claim a user, a network
+/// and a pid namespace, hoping ctxhost trusts it halfway — plans a network
+/// namespace, fails to make it, and runs the hook anyway. The start must
+/// fail loudly instead: the hook never runs (its marker unchanged, nothing
+/// reaches the listener), the error names the cache, the cache is removed,
+/// and the next run probes live again.
+#[test]
+fn a_probe_cache_forged_to_claim_more_fails_closed() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let p = escape_probe(root.path(), listener.local_addr().unwrap().port());
+    let cache = probe_cache(&p);
+    // The honest run on this namespace-less machine: a partial sandbox, as
+    // without the cache (warned; `[sandbox] require` would refuse it).
+    let (ok, out, err) = hook_without_namespaces(&p);
+    assert!(ok, "{out}\n{err}");
+    assert!(err.contains("network namespace"), "the partial sandbox is reported: {err}");
+    assert_eq!(cache_claims(&cache), Vec::<String>::new(), "nothing can be claimed here");
+    while listener.accept().is_ok() {}
+
+    forge_cache(&cache, &["userns", "netns", "pidns"], json!({}));
+    let (ok, out, err) = hook_without_namespaces(&p);
+    assert!(!ok, "a cache claiming namespaces this machine lacks must not run the hook: {out}\n{err}");
+    assert!(err.contains("probe cache") && err.contains("sandbox-features.json"), "the error names the cache: {err}");
+    assert!(out.trim().is_empty(), "no reply: {out}");
+    assert!(listener.accept().is_err(), "the hook must not have run at all");
+    let runs = std::fs::read_to_string(p.dir.join("ran")).unwrap();
+    assert_eq!(runs.lines().count(), 1, "only the honest run ran the hook: {runs}");
+    assert!(!cache.exists(), "the stale cache is removed");
+
+    // The next run probes live, as the first did.
+    let (ok, out, err) = hook_without_namespaces(&p);
+    assert!(ok, "{out}\n{err}");
+    assert_eq!(cache_claims(&cache), Vec::<String>::new());
+    assert_eq!(std::fs::read_to_string(p.dir.join("ran")).unwrap().lines().count(), 2);
+}

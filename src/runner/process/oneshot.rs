@@ -150,7 +150,14 @@ pub async fn run(call: OneShot<'_>) -> Result<Finished, HookError> {
     };
     group.disarm();
     capped?;
-    Ok(Finished { status, stdout: capture.stdout, stderr_tail: capture.stderr.finish() })
+    let mut stderr_tail = capture.stderr.finish();
+    if status.code() == Some(127)
+        && stderr_tail.contains(super::sandbox::START_FAILED)
+        && let Some(note) = call.confinement.distrust_cache()
+    {
+        stderr_tail.push_str(&format!("\n({note})"));
+    }
+    Ok(Finished { status, stdout: capture.stdout, stderr_tail })
 }
 
 /// Tells when the hook has exited **without reaping it** (a pidfd turns

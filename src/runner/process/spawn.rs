@@ -68,6 +68,6 @@ pub fn spawn(spec: SpawnSpec<'_>) -> Result<Spawned, HookError> {
             cmd.pre_exec(move || steps.apply());
         }
     }
-    let child = cmd.spawn().map_err(spawn_error)?;
+    let child = cmd.spawn().map_err(|e| spawn_error(spec.confinement.start_failed(e)))?;
     Ok(Spawned { child, cleanup })
 }

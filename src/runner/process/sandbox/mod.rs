@@ -39,6 +39,7 @@ pub mod identity;
 pub mod netns;
 pub mod pidns;
 pub mod probe;
+pub mod probe_cache;
 pub mod seccomp;
 pub mod tether;
 pub mod view;
@@ -212,6 +213,34 @@ impl Confinement {
         if let Some(policy) = self.plan.as_ref().and_then(|p| p.fs.as_ref()) {
             policy.own_dirs();
         }
+    }
+
+    /// A process of this confinement could not start. When some of the
+    /// features it was planned with came from the probe cache, the cache
+    /// may claim what this machine lacks: it is removed (the next process
+    /// probes them) and the error says so. Either way nothing ran.
+    pub fn start_failed(&self, error: io::Error) -> io::Error {
+        match self.distrust_cache() {
+            Some(note) => io::Error::new(error.kind(), format!("{error} ({note})")),
+            None => error,
+        }
+    }
+
+    /// When this confinement was planned with features taken from the
+    /// probe cache: removes the cache and says so (a process failed to
+    /// start in its sandbox, [`START_FAILED`]). A hook that fakes that
+    /// failure only costs the next process a probe.
+    pub fn distrust_cache(&self) -> Option<String> {
+        let plan = self.plan.as_ref()?;
+        let cached = &plan.features.cached;
+        let file = probe::cache_file().filter(|_| plan.confined && !cached.is_empty())?;
+        probe_cache::distrust(file);
+        Some(format!(
+            "the sandbox features {} were taken from the probe cache `{}` and may be stale: it was removed, the \
+             next start probes them",
+            cached.join(", "),
+            file.display()
+        ))
     }
 
     /// The layers that apply to this plugin's processes on this machine
@@ -546,15 +575,24 @@ impl ChildSteps {
     }
 
     /// In the namespace's init: the daemon's argv and environment hidden,
-    /// its `/proc` and the view's covers.
+    /// a mount namespace of its own with its `/proc` and the view's covers.
+    ///
+    /// The init makes the mount namespace, not the keeper: the last process
+    /// of a mount namespace to exit tears its mounts down, which waits for
+    /// an RCU grace period (0.1 to 20 ms here). The init exits after handing
+    /// the hook's status to the keeper, off the call's path; the keeper,
+    /// whose exit ends the call, is never in it.
     ///
     /// # Safety
     /// Between clone and exec, in the init.
     pub(super) unsafe fn init_namespace(&self) -> io::Result<()> {
-        // SAFETY: prctl and memset on the init's own memory, mounts in its
-        // own mount namespace.
+        // SAFETY: prctl and memset on the init's own memory, unshare of its
+        // own mount namespace, mounts in it.
         unsafe {
             pidns::hide_daemon(&self.wipe);
+            if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                return Err(io::Error::last_os_error());
+            }
             pidns::mount_proc()?;
             if let Some(view) = &self.view {
                 view.apply()?;
@@ -664,6 +702,10 @@ impl ChildSteps {
         }
     }
 }
+
+/// What a process that could not start in its sandbox writes on stderr
+/// (then `(errno N)`), exiting 127.
+pub const START_FAILED: &str = "ctxhost: the hook could not start in its sandbox";
 
 /// Writes `ctxhost: the hook could not start in its sandbox (errno N)` to
 /// stderr and exits 127: after a clone there is no way back to `spawn`.

@@ -64,8 +64,8 @@ pub struct Namespaces {
 
 impl Namespaces {
     /// `net`: a fresh network namespace; `user`: a user namespace (not
-    /// root); `pid`: a pid namespace with its own mount namespace (the
-    /// process then forks once more: see `pidns`).
+    /// root); `pid`: a pid namespace (the process then starts the
+    /// namespace's init, which makes its own mount namespace: see `pidns`).
     pub fn new(net: bool, user: bool, pid: bool) -> Option<Namespaces> {
         let mut flags = 0;
         if net {
@@ -75,7 +75,7 @@ impl Namespaces {
             flags |= libc::CLONE_NEWUSER;
         }
         if pid {
-            flags |= libc::CLONE_NEWPID | libc::CLONE_NEWNS;
+            flags |= libc::CLONE_NEWPID;
         }
         if flags == 0 {
             return None;
@@ -93,7 +93,7 @@ impl Namespaces {
     /// Entering `shared` (which the caller keeps open until the process
     /// has exec'd), and a fresh pid namespace when `pid`.
     pub fn join(shared: &SharedNetns, pid: bool) -> Namespaces {
-        let flags = if pid { libc::CLONE_NEWPID | libc::CLONE_NEWNS } else { 0 };
+        let flags = if pid { libc::CLONE_NEWPID } else { 0 };
         Namespaces { flags, maps: None, loopback: false, join: Some(shared.0.as_raw_fd()) }
     }
 

@@ -6,8 +6,10 @@
 //!
 //! `unshare(CLONE_NEWPID)` moves only the *children* of the caller, so the
 //! forked child of `Command::spawn` (the "keeper", whose pid the host
-//! knows) unshares and starts the namespace's init (pid 1), which sets up
-//! the namespace's `/proc` and starts the hook (pid 2). Both start as
+//! knows) unshares and starts the namespace's init (pid 1), which makes a
+//! mount namespace of its own (so that its teardown, an RCU grace period,
+//! is the init's exit and not the keeper's, which ends the call), mounts
+//! the namespace's `/proc` there and starts the hook (pid 2). Both start as
 //! `CLONE_VM | CLONE_VFORK` clones on their own stacks, the hook doing its
 //! own `execve` ([`split_without_copies`], [`Exec`]); plain forks, the hook
 //! returning to `Command`'s exec, remain the fallback ([`split`],
@@ -25,7 +27,7 @@
 
 use std::io;
 
-/// Runs in the child after `unshare(CLONE_NEWPID | CLONE_NEWNS)`: forks the
+/// Runs in the child after `unshare(CLONE_NEWPID)`: forks the
 /// namespace's init. Returns in the init (pid 1 of the new namespace) with
 /// the write end of the status pipe; never returns in the keeper.
 ///

@@ -5,10 +5,16 @@
 //!
 //! Probing only looks and tries (a throwaway cgroup made and removed, a
 //! forked child that unshares and exits); it never changes the host's own
-//! confinement.
+//! confinement. A short-lived command ([`use_cache`]) takes the namespace
+//! answers a file says are yes from [`super::probe_cache`] instead of
+//! forking for them — only those: whatever the file does not claim is
+//! probed, and a false claim makes the hook's start fail, never run it
+//! with less.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+use super::probe_cache::{self, Claims};
 
 use serde::Serialize;
 
@@ -42,6 +48,10 @@ pub struct Features {
     /// How a call's leftovers (escaped its process group) are killed:
     /// `cgroup v2`, `cgroup v1` or `none` (process group only).
     pub kill: &'static str,
+    /// The features taken from the probe cache's claims rather than
+    /// probed by this process (`userns`, `netns`, `pidns`).
+    #[serde(skip)]
+    pub cached: Vec<&'static str>,
 }
 
 impl Features {
@@ -104,11 +114,48 @@ impl Features {
     }
 }
 
+/// The probe cache this process uses: its file, and whether its claims
+/// are taken (`false`: probe everything, then write what was found).
+static CACHE: OnceLock<(PathBuf, bool)> = OnceLock::new();
+
+/// Makes [`features`] use the probe cache at `file` (see
+/// [`super::probe_cache`]): with `trust`, the features it claims are taken
+/// without probing them; either way, what the probe finds is written back.
+/// Only before the first [`features`]; returns false when too late (or set
+/// already).
+pub fn use_cache(file: PathBuf, trust: bool) -> bool {
+    if FEATURES.get().is_some() {
+        return false;
+    }
+    CACHE.set((file, trust)).is_ok()
+}
+
+/// The probe cache file in use, if any.
+pub fn cache_file() -> Option<&'static Path> {
+    CACHE.get().map(|(f, _)| f.as_path())
+}
+
+static FEATURES: OnceLock<Features> = OnceLock::new();
+
 /// The features of this process, probed on first use.
 pub fn features() -> &'static Features {
-    static FEATURES: OnceLock<Features> = OnceLock::new();
     FEATURES.get_or_init(|| {
-        let features = probe();
+        let features = match CACHE.get() {
+            Some((file, trust)) => {
+                let key = probe_cache::Key::of_this_process();
+                let read = if *trust { probe_cache::read(file, &key) } else { None };
+                let claims = read.unwrap_or_default();
+                let features = probe(claims);
+                let found = Claims { userns: features.userns, netns: features.netns, pidns: features.pidns };
+                // Rewritten when missing, for another key, or claiming less
+                // than was found (a full probe always rewrites it).
+                if read != Some(found) {
+                    probe_cache::write(file, &key, found);
+                }
+                features
+            }
+            None => probe(Claims::none()),
+        };
         if !features.full() {
             tracing::warn!(
                 "the script sandbox is partial on this machine ({}): missing {}",
@@ -120,12 +167,22 @@ pub fn features() -> &'static Features {
     })
 }
 
-fn probe() -> Features {
+/// Probes what `claims` does not claim (a claim is taken as it is: one
+/// that does not hold fails the hook's start).
+fn probe(claims: Claims) -> Features {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let landlock_abi = landlock_abi();
-    let userns = !root && can_unshare(libc::CLONE_NEWUSER);
-    let netns = if root { can_unshare(libc::CLONE_NEWNET) } else { userns && can_unshare_user_net() };
+    let mut cached = Vec::new();
+    let mut claimed = |claim: bool, name: &'static str| {
+        if claim {
+            cached.push(name);
+        }
+        claim
+    };
+    let userns = !root && (claimed(claims.userns, "userns") || can_unshare(libc::CLONE_NEWUSER));
+    let netns = claimed(claims.netns, "netns")
+        || if root { can_unshare(libc::CLONE_NEWNET) } else { userns && can_unshare_user_net() };
     let cgroups = Bases::probe(Path::new("/proc/self/mountinfo"), Path::new("/proc/self/cgroup"));
     let memory_limit = if cgroups.v2_memory {
         "cgroup v2"
@@ -143,7 +200,7 @@ fn probe() -> Features {
     } else {
         "none"
     };
-    let pidns = can_pid_namespace(root, userns);
+    let pidns = claimed(claims.pidns, "pidns") || can_pid_namespace(root, userns);
     let seccomp = super::seccomp::programs().is_some()
         // SAFETY: PR_GET_SECCOMP only reads this process's mode.
         && unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) } >= 0;
@@ -156,7 +213,7 @@ fn probe() -> Features {
     } else {
         "none"
     };
-    Features { landlock_abi, netns, userns, root, pidns, seccomp, cgroups, memory_limit, process_limit, kill }
+    Features { landlock_abi, netns, userns, root, pidns, seccomp, cgroups, memory_limit, process_limit, kill, cached }
 }
 
 /// `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`.
