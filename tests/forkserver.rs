@@ -222,6 +222,29 @@ fn overlapping_calls_run_apart_and_the_waiting_spare_holds_nothing_of_a_call() {
     assert!(held[3].contains("socket:"), "its fd 3 is its socket to the server: {held:?}");
 }
 
+/// The request is written into the pipe before the call starts as far as
+/// the pipe takes it: one bigger than a pipe (64 KiB) arrives whole, and a
+/// hook reading to the end sees the end.
+#[test]
+fn a_request_bigger_than_a_pipe_arrives_whole() {
+    let rt = rt();
+    let script = "import sys, json, hashlib\ndata = sys.stdin.buffer.read()\nprint(json.dumps({'type': 'ingest_result', 'memories': [], 'len': len(data), 'sha': hashlib.sha256(data).hexdigest()}))\n";
+    let forked = python_plugin("big", script, "");
+    let spawned = python_plugin("big", script, "forkserver = false");
+    let config = HostConfig::default();
+    let (fork_runner, metrics) = load_with(&forked.dir, &forked.home, &config);
+    let (spawn_runner, _) = load_with(&spawned.dir, &spawned.home, &config);
+    for size in [10, 200 * 1024] {
+        let message: String = (0..size).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        let a = call(&rt, &spawn_runner, HookName::Ingest, ingest(&message)).unwrap();
+        let b = call(&rt, &fork_runner, HookName::Ingest, ingest(&message)).unwrap();
+        assert!(a["len"].as_u64().unwrap() > size as u64, "{a}");
+        assert_eq!((&a["len"], &a["sha"]), (&b["len"], &b["sha"]), "size {size}");
+    }
+    assert_eq!(fallbacks(&metrics, "big"), 0);
+    assert!(fork_runner.forkserver_pid().is_some());
+}
+
 /// The children of the python fork server below `root` (the spawned process
 /// is a keeper or a namespace's init when the sandbox has one, and an init
 /// shows the command line of what it started): the python processes running

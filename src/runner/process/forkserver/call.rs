@@ -115,6 +115,12 @@ pub(in crate::runner::process) async fn run(call: ForkCall<'_>) -> Result<Result
     let (err_r, err_w) = wire::pipe().map_err(io)?;
     hand_over(call.control, &header, &[&theirs, &in_r, &out_w, &err_w])?;
     drop((theirs, in_r, out_w, err_w));
+    // Without a cgroup to join first, the hook may start as soon as the
+    // server has passed the call on: its request is in the pipe by then (as
+    // much as the pipe takes), not written once the server's answer came
+    // back — and stdin is closed already when all of it fitted.
+    let fed = if call.cgroup.is_empty() { prefeed(&in_w, call.stdin) } else { 0 };
+    let stdin = Unfed { pipe: (fed < call.stdin.len()).then_some(in_w), from: fed };
     // SAFETY: the OwnedFd is moved into the AsyncFd, so it stays open and
     // the same for the AsyncFd's whole life. (Called inside the runtime.)
     let socket = unsafe { AsyncFd::register_with_interest(mine, tokio::io::Interest::READABLE) }
@@ -143,7 +149,32 @@ pub(in crate::runner::process) async fn run(call: ForkCall<'_>) -> Result<Result
             .and_then(|()| wire::send(socket.get_ref().as_raw_fd(), b"g", &[]))
             .map_err(|e| Unavailable::Unfit(format!("cannot move the hook into its cgroup: {e}")))?;
     }
-    Ok(drive(call, socket, hook, deadline.as_mut(), in_w, out_r, err_r).await)
+    Ok(drive(call, socket, hook, deadline.as_mut(), stdin, out_r, err_r).await)
+}
+
+/// Writes as much of `bytes` to the pipe `fd` as it takes without waiting;
+/// returns how much. (The rest is fed as the hook reads.)
+fn prefeed(fd: &OwnedFd, bytes: &[u8]) -> usize {
+    let raw = fd.as_raw_fd();
+    // SAFETY: fcntl(2) on a pipe fd we own; O_NONBLOCK only changes how it waits.
+    let nonblocking = unsafe {
+        let flags = libc::fcntl(raw, libc::F_GETFL);
+        flags >= 0 && libc::fcntl(raw, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+    };
+    if !nonblocking {
+        return 0;
+    }
+    let mut written = 0;
+    while written < bytes.len() {
+        let rest = &bytes[written..];
+        // SAFETY: write(2) of a live slice to a pipe fd we own.
+        let n = unsafe { libc::write(raw, rest.as_ptr().cast(), rest.len()) };
+        match usize::try_from(n) {
+            Ok(n) if n > 0 => written += n,
+            _ => break, // full (EAGAIN), or the reader is gone: the call's own end says
+        }
+    }
+    written
 }
 
 /// Writes the hook's pid (in the host's pid namespace: the pidfd's, as
@@ -167,17 +198,27 @@ fn join_cgroup(hook: &HookKill, procs: &[OwnedFd]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The hook's stdin still to write: the pipe (none when all of the request
+/// fitted before the call started: closed then) and where the rest starts.
+struct Unfed {
+    pipe: Option<OwnedFd>,
+    from: usize,
+}
+
 /// The started call to its end.
 async fn drive(
     call: ForkCall<'_>,
     socket: AsyncFd<OwnedFd>,
     hook: HookKill,
     mut deadline: std::pin::Pin<&mut tokio::time::Sleep>,
-    in_w: OwnedFd,
+    unfed: Unfed,
     out_r: OwnedFd,
     err_r: OwnedFd,
 ) -> Result<Finished, HookError> {
-    let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(in_w)?;
+    let stdin: Box<dyn tokio::io::AsyncWrite + Unpin + Send> = match unfed.pipe {
+        Some(fd) => Box::new(tokio::net::unix::pipe::Sender::from_owned_fd(fd)?),
+        None => Box::new(tokio::io::sink()),
+    };
     let mut stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(out_r)?;
     let mut stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(err_r)?;
     let mut capture = Capture::new(call.plugin, call.hook, call.output_cap);
@@ -189,8 +230,8 @@ async fn drive(
             .and_then(|v| v.get("status").and_then(serde_json::Value::as_i64))
             .and_then(|s| i32::try_from(s).ok()))
     };
-    let pumped =
-        capture::pump(&mut capture, stdin, call.stdin, &mut stdout, &mut stderr, exited, deadline.as_mut()).await;
+    let rest = call.stdin.get(unfed.from..).unwrap_or_default();
+    let pumped = capture::pump(&mut capture, stdin, rest, &mut stdout, &mut stderr, exited, deadline.as_mut()).await;
     let status = match pumped {
         Ok(status) => status,
         Err(Stopped::Cap(e)) => {

@@ -46,7 +46,11 @@
 //! next call. A script whose compiling warns is never cached (the warning
 //! is the hook's stderr, every call).
 //!
-//! The host ([`call`]) feeds stdin, reads both streams under the cap, and on
+//! The host ([`call`]) writes the request into the stdin pipe right after
+//! handing the call over (as much as the pipe takes, closing it when all
+//! fitted; not for a call that joins a cgroup first), so the spare never
+//! waits for the host to hear back before it can read its request. It
+//! feeds the rest, reads both streams under the cap, and on
 //! a deadline, a cap or a dropped call kills the child through its pidfd
 //! (`pidfd_send_signal`: never a reused pid) and closes the call's socket,
 //! which makes the server kill the group and sweep. It never signals a
