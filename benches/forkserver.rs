@@ -18,7 +18,8 @@
 //!   time without; every turn's recalled memories identical on both sides.
 //!
 //! The load average is printed with the figures: other builds share the
-//! machine. `FORKSERVER_BENCH=calls` runs the single calls only.
+//! machine. `FORKSERVER_BENCH=calls` runs the single calls only;
+//! `FORKSERVER_BENCH_UNCONFINED=1` runs them without the sandbox.
 
 // A benchmark: a panic is a failed run, not a crash of ctxhost.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -94,9 +95,17 @@ fn quantiles(v: &[f64]) -> (f64, f64) {
 
 fn single_calls(root: &Path) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let forked = plugin(root, "forked", ONE_SHOT, "");
-    let spawned = plugin(root, "spawned", ONE_SHOT, "forkserver = false");
-    let worker = plugin(root, "worker", WORKER, "persistent_subprocess = true");
+    // `FORKSERVER_BENCH_UNCONFINED=1`: all three without the sandbox (what
+    // the confinement costs a call).
+    let open = if std::env::var_os("FORKSERVER_BENCH_UNCONFINED").is_some() {
+        println!("(unconfined: allow_network and allow_filesystem)");
+        "allow_network = true\nallow_filesystem = true\n"
+    } else {
+        ""
+    };
+    let forked = plugin(root, "forked", ONE_SHOT, open);
+    let spawned = plugin(root, "spawned", ONE_SHOT, &format!("{open}forkserver = false"));
+    let worker = plugin(root, "worker", WORKER, &format!("{open}persistent_subprocess = true"));
     let request = HookRequest::from_json(HookName::Ingest, serde_json::from_str(REQUEST).unwrap()).unwrap();
     let options = CallOptions::default();
     let call = |runner: &ProcessRunner| {
