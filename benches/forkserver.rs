@@ -117,7 +117,9 @@ fn single_calls(root: &Path) {
     // slows whatever runs next, for seconds after a burst of spawns.
     // A call that finds the server idle, as a turn's calls do (each plugin
     // is called once per hook per turn): both sides after the same pause.
-    let (worker_ms, fork_ms2, worker_ratio) = paired_after_pause(300, || call(&worker), || call(&forked));
+    let pause = std::time::Duration::from_millis(PAUSE_MS);
+    let (worker_ms, fork_ms2, _, worker_ratio) =
+        support::paired_samples_after(300, pause, || call(&worker), || call(&forked));
     assert!(forked.forkserver_pid().is_some(), "the fork server answered");
     // Back to back: the next call comes while the server still forks the
     // process for it.
@@ -152,37 +154,8 @@ fn single_calls(root: &Path) {
     rt.block_on(worker.shutdown());
 }
 
-/// The pause before each timed call of [`paired_after_pause`].
+/// The pause before each timed call that should find the server idle.
 const PAUSE_MS: u64 = 10;
-
-/// Like `support::paired_samples`, with a pause (not timed) before each
-/// call: times of a, of b, and the ratios b / a.
-fn paired_after_pause(pairs: usize, mut a: impl FnMut(), mut b: impl FnMut()) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
-    let time = |f: &mut dyn FnMut()| {
-        std::thread::sleep(std::time::Duration::from_millis(PAUSE_MS));
-        let t = std::time::Instant::now();
-        f();
-        t.elapsed().as_secs_f64() * 1e3
-    };
-    for _ in 0..3 {
-        a();
-        b();
-    }
-    let (mut ta, mut tb, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..pairs {
-        let (x, y) = if i % 2 == 0 {
-            let x = time(&mut a);
-            (x, time(&mut b))
-        } else {
-            let y = time(&mut b);
-            (time(&mut a), y)
-        };
-        ta.push(x);
-        tb.push(y);
-        ratio.push(y / x);
-    }
-    (ta, tb, ratio)
-}
 
 fn verdict(met: bool) -> &'static str {
     if met { "met" } else { "MISSED" }

@@ -107,27 +107,6 @@ fn summary() {
     );
 }
 
-/// As root: the paired run again as uid 65534.
-fn summary_as_nobody() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return;
-    }
-    let me = std::env::current_exe().unwrap();
-    let status = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(&me)
-        .env("CTXHOST_BENCH_SUMMARY_ONLY", "1")
-        .env("CTXHOST_GUESTS_PREBUILT", "1")
-        .env("HOME", std::env::temp_dir())
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .status();
-    match status {
-        Ok(s) if s.success() => {}
-        other => println!("  (the run as uid 65534 did not complete: {other:?}; is the target dir readable by it?)"),
-    }
-}
-
 criterion_group!(benches, sandbox);
 
 fn main() {
@@ -145,7 +124,7 @@ fn main() {
     Criterion::default().configure_from_args().final_summary();
     println!("\nAgain, after criterion grew this process to {} MiB resident:", resident_mib());
     summary();
-    summary_as_nobody();
+    support::rerun_summary_as_nobody();
 }
 
 /// This process's resident memory, from /proc/self/statm.

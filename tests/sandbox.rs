@@ -408,30 +408,16 @@ fn the_core_cases_hold_for_an_unprivileged_user() {
     let as_nobody = |plugin: &str, config: &str| {
         write(&ctx.join("config.toml"), config);
         chown_tree(&ctx);
-        let out = std::process::Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        let mut cmd = std::process::Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
             .arg(&bin)
             .arg("--home")
             .arg(&ctx)
             .args(["hook", plugins.join(plugin).to_str().unwrap(), "ingest"])
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("HOME", &home)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .and_then(|mut child| {
-                use std::io::Write;
-                child.stdin.take().unwrap().write_all(b"{}\n")?;
-                child.wait_with_output()
-            })
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+            .env("HOME", &home);
+        crate::util::run_with_empty_request(&mut cmd)
     };
 
     let (ok, out, err) = as_nobody("t", "");

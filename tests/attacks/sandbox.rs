@@ -637,28 +637,7 @@ fn a_hook_of_a_daemon_without_namespaces_dies_with_it() {
     );
     write(&p.dir.join("ingest.sh"), &format!("{}echo '{{\"memories\":[]}}'\n", left.sleeper()));
     let filters = no_namespaces_filters();
-    let daemon = serve_plugin_with(&p, move |cmd| {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: only the seccomp syscall on programs compiled in the parent.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                for program in &filters {
-                    let fprog = libc::sock_fprog {
-                        len: program.len() as u16,
-                        filter: program.as_ptr().cast::<libc::sock_filter>().cast_mut(),
-                    };
-                    let fprog: *const libc::sock_fprog = &fprog;
-                    if libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0, fprog) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
-        }
-    });
+    let daemon = serve_plugin_with(&p, move |cmd| install_before_exec(cmd, filters));
     let call = ingest_in_background(&daemon);
     if !left.marker.running(2, std::time::Duration::from_secs(30)) {
         let answer = answer(&call);
@@ -802,44 +781,33 @@ fn hook_without_namespaces(p: &TestPlugin) -> (bool, String, String) {
     let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("ctxhost"));
     cmd.arg("--home").arg(&p.home).args(["hook", p.dir.to_str().unwrap(), "ingest"]);
     cmd.env_remove("RUST_LOG").env_remove("CTXHOST_HOME").env_remove("CTXHOST_PLUGINS_DIR");
-    {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: only prctl and the seccomp syscall on programs compiled in the parent.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+    install_before_exec(&mut cmd, filters);
+    crate::util::run_with_empty_request(&mut cmd)
+}
+
+/// Installs seccomp `filters` in `cmd`'s child before it execs (with
+/// `no_new_privs`, as an unprivileged process must).
+fn install_before_exec(cmd: &mut std::process::Command, filters: Vec<seccompiler::BpfProgram>) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only prctl and the seccomp syscall on programs compiled in the parent.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for program in &filters {
+                let fprog = libc::sock_fprog {
+                    len: program.len() as u16,
+                    filter: program.as_ptr().cast::<libc::sock_filter>().cast_mut(),
+                };
+                let fprog: *const libc::sock_fprog = &fprog;
+                if libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0, fprog) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                for program in &filters {
-                    let fprog = libc::sock_fprog {
-                        len: program.len() as u16,
-                        filter: program.as_ptr().cast::<libc::sock_filter>().cast_mut(),
-                    };
-                    let fprog: *const libc::sock_fprog = &fprog;
-                    if libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0, fprog) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
-        }
+            }
+            Ok(())
+        });
     }
-    let out = cmd
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut child| {
-            use std::io::Write;
-            child.stdin.take().unwrap().write_all(b"{}\n")?;
-            child.wait_with_output()
-        })
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// The probe cache forged to claim more than the machine has. On a machine

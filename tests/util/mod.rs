@@ -150,6 +150,26 @@ pub fn write_wheel(dir: &Path, package: &str, value: &str) {
     assert!(out.status.success(), "writing the wheel failed: {}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// Runs `cmd` with `{}` and a newline on stdin: (success, stdout, stderr).
+pub fn run_with_empty_request(cmd: &mut std::process::Command) -> (bool, String, String) {
+    let out = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(b"{}\n")?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Waits up to `secs` seconds for `done`, failing the test with `what`.
 pub fn within(secs: u64, what: &str, mut done: impl FnMut() -> bool) {
     let start = std::time::Instant::now();
