@@ -30,7 +30,6 @@ mod support;
 
 use std::path::Path;
 
-use ctxhost::app::load_stack;
 use ctxhost::config::HostConfig;
 use ctxhost::engine::ContextEngine;
 use ctxhost::engine::stack::StackEngine;
@@ -172,17 +171,7 @@ fn stack(root: &Path, forkserver: bool) -> StackEngine {
         let text = std::fs::read_to_string(&manifest).unwrap();
         std::fs::write(&manifest, text.replace("name = \"python-memory\"", &format!("name = \"{name}\""))).unwrap();
     }
-    let stack: Vec<String> = names.iter().map(|l| format!("\"{l}\"")).collect();
-    let config_text = format!(
-        "[runner]\npython_forkserver = {forkserver}\n[context_engine]\nplugin_stack = [{}]\n",
-        stack.join(", ")
-    );
-    std::fs::write(home.config_file(), config_text).unwrap();
-    let (config, _) = HostConfig::load(home.config_file()).unwrap();
-    let cx = LoadContext { home: &home, config: &config, host_env: &LoadContext::process_env };
-    let (engine, warnings) = load_stack(&cx).unwrap();
-    assert!(warnings.iter().all(|w| !w.contains("left out")), "{warnings:?}");
-    engine
+    support::load_stack_engine(&home, &format!("[runner]\npython_forkserver = {forkserver}\n"), &names)
 }
 
 const TOPICS: [&str; 4] = ["garden", "kitchen", "bees", "roof"];

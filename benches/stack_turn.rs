@@ -11,16 +11,14 @@
 
 #[path = "../tests/util/examples.rs"]
 mod examples;
+mod support;
 
 use std::path::Path;
 
 use criterion::{Criterion, criterion_group};
-use ctxhost::app::load_stack;
-use ctxhost::config::HostConfig;
 use ctxhost::engine::ContextEngine;
 use ctxhost::engine::stack::StackEngine;
 use ctxhost::home::Home;
-use ctxhost::plugin::LoadContext;
 use ctxhost::protocol::{AfterTurnRequest, AssembleRequest, IngestRequest, Message, Role};
 
 fn engine(root: &Path, layers: &[&str]) -> StackEngine {
@@ -28,15 +26,7 @@ fn engine(root: &Path, layers: &[&str]) -> StackEngine {
     for name in layers {
         examples::copy_example("native-memory", &home.plugins_dir().join(name));
     }
-    let stack: Vec<String> = layers.iter().map(|l| format!("\"{l}\"")).collect();
-    let config_text = format!("[context_engine]\nplugin_stack = [{}]\n", stack.join(", "));
-    std::fs::create_dir_all(root).unwrap();
-    std::fs::write(home.config_file(), config_text).unwrap();
-    let (config, _) = HostConfig::load(home.config_file()).unwrap();
-    let cx = LoadContext { home: &home, config: &config, host_env: &LoadContext::process_env };
-    let (engine, warnings) = load_stack(&cx).unwrap();
-    assert!(warnings.iter().all(|w| !w.contains("left out")), "{warnings:?}");
-    engine
+    support::load_stack_engine(&home, "", layers)
 }
 
 async fn turn(engine: &StackEngine, history: &[Message], i: usize) {

@@ -117,3 +117,23 @@ pub fn rerun_summary_as_nobody() {
         other => println!("  (the run as uid 65534 did not complete: {other:?}; is the target dir readable by it?)"),
     }
 }
+
+/// Writes `home`'s `config.toml` (`extra`, then a `plugin_stack` of `names`)
+/// and loads that stack; every plugin must have loaded.
+pub fn load_stack_engine(
+    home: &ctxhost::home::Home,
+    extra: &str,
+    names: &[impl AsRef<str>],
+) -> ctxhost::engine::stack::StackEngine {
+    use ctxhost::config::HostConfig;
+    use ctxhost::plugin::LoadContext;
+    let stack: Vec<String> = names.iter().map(|l| format!("\"{}\"", l.as_ref())).collect();
+    let config_text = format!("{extra}[context_engine]\nplugin_stack = [{}]\n", stack.join(", "));
+    std::fs::create_dir_all(home.root()).unwrap();
+    std::fs::write(home.config_file(), config_text).unwrap();
+    let (config, _) = HostConfig::load(home.config_file()).unwrap();
+    let cx = LoadContext { home, config: &config, host_env: &LoadContext::process_env };
+    let (engine, warnings) = ctxhost::app::load_stack(&cx).unwrap();
+    assert!(warnings.iter().all(|w| !w.contains("left out")), "{warnings:?}");
+    engine
+}

@@ -82,6 +82,11 @@ _CODE_LIMIT = 64
 _MAX_SOURCE = 1 << 20
 
 
+def _digest(source):
+    """What `_CODE` keys a script's source by."""
+    return hashlib.blake2b(source, digest_size=16).digest()
+
+
 def _read_source(path):
     """A regular file's bytes, or None: never blocks on a FIFO, never big."""
     try:
@@ -112,7 +117,7 @@ def _cache_code(path):
     source = _read_source(path)
     if source is None:
         return False
-    key = (path, hashlib.blake2b(source, digest_size=16).digest())
+    key = (path, _digest(source))
     if key in _CODE:
         return False
     for old in [k for k in _CODE if k[0] == path]:
@@ -149,7 +154,7 @@ def _rehearse():
             f.read()
     except OSError:
         pass
-    hashlib.blake2b(b"", digest_size=16).digest()
+    _digest(b"")
     # The finalisation's walk of `sys.modules` (touching every name's count).
     _new_modules()
     print("", end="", file=sys.stdout)
@@ -301,7 +306,7 @@ def _run_main(script):
     try:
         with open(script, "rb") as f:
             source = f.read()
-        code = _CODE.get((script, hashlib.blake2b(source, digest_size=16).digest()))
+        code = _CODE.get((script, _digest(source)))
         if code is None:
             code = compile(source, script, "exec", dont_inherit=True)
         del source
