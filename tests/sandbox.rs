@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::util::nobody::{chown_tree, link_or_copy};
 use crate::util::procs::Marker;
-use crate::util::{TestPlugin, ctxhost, reply, require_program, stderr, write};
+use crate::util::{TestPlugin, ctxhost, reply, require_program, stderr, within, write};
 
 /// The memories' contents of an ingest reply.
 fn contents(r: &Value) -> Vec<String> {
@@ -150,6 +150,45 @@ fn network_is_denied_unless_granted() {
     assert_eq!(lines[0], "connected", "{lines:?}");
     listener.set_nonblocking(true).unwrap();
     assert!(listener.accept().is_ok());
+}
+
+/// In one host process, the first call of a plugin makes its own network
+/// namespace and later ones share the plugin's (as root): every one of
+/// them, on either kind of runtime, is off the host's network.
+#[test]
+fn every_call_of_a_loaded_plugin_is_off_the_network() {
+    use ctxhost::protocol::{HookName, HookRequest};
+    use ctxhost::runner::{CallOptions, Runner};
+    let (p, listener) = connect_probe("");
+    let home = ctxhost::home::Home::at(&p.home);
+    let config = ctxhost::config::HostConfig::default();
+    let cx = ctxhost::plugin::LoadContext {
+        home: &home,
+        config: &config,
+        host_env: &ctxhost::plugin::LoadContext::process_env,
+    };
+    let request = HookRequest::from_json(HookName::Ingest, json!({"agent_id": "a", "message": "m"})).unwrap();
+    let current = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let multi = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    for rt in [&current, &multi] {
+        // A fresh load: its first call is the one that makes its own namespace.
+        let runner = ctxhost::plugin::load_script_plugin(&p.dir, &cx).unwrap().0;
+        for call in 1..=3 {
+            let reply = rt.block_on(runner.call(&request, &CallOptions::default())).unwrap();
+            assert_eq!(contents(&reply)[0], "refused", "call {call}: {reply}");
+        }
+    }
+    listener.set_nonblocking(true).unwrap();
+    assert!(listener.accept().is_err(), "nothing reached the listener");
+    // Each call's TMPDIR is gone once its call returned, on both runtimes
+    // (at once on the current-thread one, on the blocking pool on the other).
+    within(10, "the calls' TMPDIRs to be removed", || {
+        let prefix = format!("ctxhost-{}-{}.", p.dir.file_name().unwrap().to_string_lossy(), std::process::id());
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .flatten()
+            .all(|e| !e.file_name().to_string_lossy().starts_with(&prefix))
+    });
 }
 
 #[test]

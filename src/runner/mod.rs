@@ -63,6 +63,13 @@ pub trait Runner: Send + Sync {
         let _ = services;
     }
 
+    /// Whether [`attach_services`](Self::attach_services) reaches anything:
+    /// a caller with a single call to make (`ctxhost hook`) opens the store
+    /// only for a runner whose plugins can call it.
+    fn calls_services(&self) -> bool {
+        false
+    }
+
     /// Stops what the plugin keeps running between calls (persistent
     /// workers), gracefully, and waits for it: their last stderr lines are
     /// logged before this returns. Calls after it start afresh.

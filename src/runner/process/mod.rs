@@ -153,10 +153,21 @@ pub(crate) fn remove_tree_soon(path: std::path::PathBuf) {
         return;
     }
     let removal = Removal(path);
-    match tokio::runtime::Handle::try_current() {
-        Ok(handle) => drop(handle.spawn_blocking(move || drop(removal))),
-        Err(_) => drop(removal),
+    match blocking_pool() {
+        Some(handle) => drop(handle.spawn_blocking(move || drop(removal))),
+        None => drop(removal),
     }
+}
+
+/// The runtime whose blocking pool takes work off a call's path: only a
+/// multi-thread runtime (`serve`, `run`, `sidecar`). On a current-thread
+/// runtime (`ctxhost hook`: one call, then the process ends) the pool's
+/// first task makes a thread, ~1 ms here, and the runtime's shutdown waits
+/// for the task all the same: the work is done at once instead.
+pub(crate) fn blocking_pool() -> Option<tokio::runtime::Handle> {
+    tokio::runtime::Handle::try_current()
+        .ok()
+        .filter(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
 }
 
 /// Removes a hook's temporary directory, opening up what the hook locked.
@@ -370,12 +381,16 @@ impl ProcessRunner {
     }
 
     /// The plugin's own dirs (data dir, LibreFang store), made before its
-    /// first process — on the blocking pool: as root this gives them to the
-    /// hook uid, walking their trees. Made once; later calls pay a load.
+    /// first process — on the blocking pool ([`blocking_pool`]): as root
+    /// this gives them to the hook uid, walking their trees. Made once;
+    /// later calls pay a load.
     async fn own_dirs(&self) {
         if !self.plugin.confinement.own_dirs_made() {
             let confinement = self.plugin.confinement.clone();
-            let _ = tokio::task::spawn_blocking(move || confinement.make_own_dirs()).await;
+            match blocking_pool() {
+                Some(pool) => drop(pool.spawn_blocking(move || confinement.make_own_dirs()).await),
+                None => confinement.make_own_dirs(),
+            }
         }
     }
 }
@@ -426,6 +441,10 @@ impl Runner for ProcessRunner {
         if let Some(workers) = &self.workers {
             workers.attach_services(services);
         }
+    }
+
+    fn calls_services(&self) -> bool {
+        self.workers.is_some()
     }
 
     fn prewarm(&self) {

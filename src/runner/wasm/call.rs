@@ -254,4 +254,8 @@ impl crate::runner::Runner for ComponentHandle {
     fn attach_services(&self, services: Arc<PluginServices>) {
         self.0.attach_services(services);
     }
+
+    fn calls_services(&self) -> bool {
+        true
+    }
 }

@@ -91,8 +91,11 @@ struct Plan {
     memory_bytes: Option<u64>,
     max_processes: Option<u64>,
     features: &'static Features,
-    /// As root: the plugin's network namespace, made at its first call.
+    /// As root: the plugin's network namespace, made at its second call.
     shared_net: std::sync::OnceLock<Option<netns::SharedNetns>>,
+    /// A process of the plugin was confined before (the shared network
+    /// namespace is made from the second on).
+    started: std::sync::atomic::AtomicBool,
 }
 
 /// Everything a confinement is decided from (privileges already effective).
@@ -195,6 +198,7 @@ impl Confinement {
             max_processes: (i.max_processes > 0).then_some(i.max_processes),
             features,
             shared_net: std::sync::OnceLock::new(),
+            started: std::sync::atomic::AtomicBool::new(false),
         };
         Ok((Confinement { plan: Some(Arc::new(plan)) }, warnings))
     }
@@ -380,7 +384,11 @@ impl Confinement {
         }
         let pid = f.pidns;
         let user_ns = !f.root && f.userns && (plan.isolate_net || pid);
-        let shared = (plan.isolate_net && f.root)
+        // Shared from the plugin's second process on: making it takes a
+        // thread (~1 ms here), which a process that starts one hook
+        // (`ctxhost hook`) would pay on top of the namespace.
+        let later = plan.started.swap(true, std::sync::atomic::Ordering::Relaxed);
+        let shared = (plan.isolate_net && f.root && later)
             .then(|| {
                 plan.shared_net.get_or_init(|| match netns::SharedNetns::create() {
                     Ok(ns) => Some(ns),
@@ -883,9 +891,9 @@ impl Drop for Cleanup {
     fn drop(&mut self) {
         let Some(cgroup) = self.cgroup.take() else { return };
         cgroup.kill_now();
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => drop(handle.spawn_blocking(move || cgroup.kill_and_remove())),
-            Err(_) => cgroup.kill_and_remove(),
+        match super::blocking_pool() {
+            Some(handle) => drop(handle.spawn_blocking(move || cgroup.kill_and_remove())),
+            None => cgroup.kill_and_remove(),
         }
     }
 }

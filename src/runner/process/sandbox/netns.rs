@@ -4,9 +4,11 @@
 //! user to itself, which lets an unprivileged process make the network
 //! namespace and counts its processes apart from the user's others.
 //!
-//! As root, a plugin's calls share one network namespace made once
-//! ([`SharedNetns`]) and entered with `setns`: making a namespace costs
-//! 0.5-1 ms per call here, entering one a few microseconds. Calls of one
+//! As root, a plugin's calls share one network namespace made once, at its
+//! second call ([`SharedNetns`]), and entered with `setns`: making a
+//! namespace costs 0.5-1 ms per call here, entering one a few microseconds.
+//! (The first call makes its own: sharing takes a thread, which a process
+//! that makes one call, `ctxhost hook`, would pay for nothing.) Calls of one
 //! plugin can then reach each other's loopback listeners; other plugins and
 //! the host cannot. Without root a call makes its own (a user namespace
 //! cannot be made from the threaded host, so there is nothing to share).
