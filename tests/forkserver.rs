@@ -623,7 +623,7 @@ fn the_other_python_examples_and_the_demo_plugin_agree_through_both_paths() {
 /// `ctxhost hook` runs one call per process: it spawns the hook, as it
 /// always did, and starts no fork server — none among its processes while
 /// the hook runs, and the hook's interpreter has none of the preloaded
-/// modules a fork-server child starts with.
+/// modules a fork-server child starts with — and no thread either.
 #[test]
 fn ctxhost_hook_spawns_its_one_call_without_a_fork_server() {
     let script = "import sys, json, time\npre = sorted(m for m in ('inspect', 'dataclasses', 'logging') if m in sys.modules)\ntime.sleep(1.5)\nprint(json.dumps({'type': 'ingest_result', 'memories': [{'content': 'pre=%s' % ','.join(pre)}]}))\n";
@@ -650,6 +650,7 @@ fn ctxhost_hook_spawns_its_one_call_without_a_fork_server() {
     // The hook's interpreter among ctxhost's processes (so the look is not
     // blind), and no fork server there.
     let mut saw_hook = false;
+    let mut threads = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !saw_hook && std::time::Instant::now() < deadline {
         for pid in descendants(host) {
@@ -658,11 +659,15 @@ fn ctxhost_hook_spawns_its_one_call_without_a_fork_server() {
             assert!(!text.contains("fork server"), "a fork server runs under `ctxhost hook`: {text}");
             saw_hook |= text.contains(script_path);
         }
+        threads = std::fs::read_dir(format!("/proc/{host}/task")).map(|d| d.count()).into_iter().collect();
         std::thread::sleep(Duration::from_millis(20));
     }
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{out:?}");
     assert!(saw_hook, "the hook's interpreter was never seen among ctxhost's processes");
+    // One call per process: no thread beside the main one while the hook
+    // runs (the blocking pool's would cost its start ~1 ms and outlive it).
+    assert_eq!(threads, [1], "ctxhost's threads while its one hook ran");
     let reply: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(reply["memories"][0]["content"], "pre=", "{reply}");
 }

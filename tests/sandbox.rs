@@ -180,8 +180,7 @@ fn every_call_of_a_loaded_plugin_is_off_the_network() {
     }
     listener.set_nonblocking(true).unwrap();
     assert!(listener.accept().is_err(), "nothing reached the listener");
-    // Each call's TMPDIR is gone once its call returned, on both runtimes
-    // (at once on the current-thread one, on the blocking pool on the other).
+    // Each call's TMPDIR is gone soon after its call returned, on both runtimes.
     within(10, "the calls' TMPDIRs to be removed", || {
         let prefix = format!("ctxhost-{}-{}.", p.dir.file_name().unwrap().to_string_lossy(), std::process::id());
         std::fs::read_dir(std::env::temp_dir())

@@ -66,6 +66,7 @@ pub fn exec(args: HookArgs, home: &Home) -> CliResult {
     warn_unknown_fields(hook, &request);
     let request = HookRequest::from_json(hook, request)?;
 
+    crate::runner::process::one_call_per_process();
     // One call per process: what the last run's sandbox probe found is
     // taken from the home's cache instead of forking for it again (only
     // features it claims; see sandbox::probe_cache).

@@ -159,15 +159,24 @@ pub(crate) fn remove_tree_soon(path: std::path::PathBuf) {
     }
 }
 
-/// The runtime whose blocking pool takes work off a call's path: only a
-/// multi-thread runtime (`serve`, `run`, `sidecar`). On a current-thread
-/// runtime (`ctxhost hook`: one call, then the process ends) the pool's
-/// first task makes a thread, ~1 ms here, and the runtime's shutdown waits
-/// for the task all the same: the work is done at once instead.
+/// Set by [`one_call_per_process`].
+static ONE_CALL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// This process makes one hook call and ends (`ctxhost hook`): work that
+/// would go to the blocking pool to keep it off later calls' path is done
+/// at once instead. The pool's first task makes a thread (~1 ms here), and
+/// the runtime's shutdown would wait for the task all the same.
+pub fn one_call_per_process() {
+    ONE_CALL.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The runtime whose blocking pool takes work off a call's path: the
+/// current one, unless this process makes only one call.
 pub(crate) fn blocking_pool() -> Option<tokio::runtime::Handle> {
-    tokio::runtime::Handle::try_current()
-        .ok()
-        .filter(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+    if ONE_CALL.load(std::sync::atomic::Ordering::Relaxed) {
+        return None;
+    }
+    tokio::runtime::Handle::try_current().ok()
 }
 
 /// Removes a hook's temporary directory, opening up what the hook locked.
