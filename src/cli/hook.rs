@@ -66,6 +66,8 @@ pub fn exec(args: HookArgs, home: &Home) -> CliResult {
     warn_unknown_fields(hook, &request);
     let request = HookRequest::from_json(hook, request)?;
 
+    // One call per process: what would go to the blocking pool is done on
+    // the spot (a pool thread would cost ~1 ms and be waited for at exit).
     crate::runner::process::one_call_per_process();
     // One call per process: what the last run's sandbox probe found is
     // taken from the home's cache instead of forking for it again (only
