@@ -169,6 +169,34 @@ fn calls_really_go_through_the_fork_server() {
     assert!(off_runner.forkserver_pid().is_none());
 }
 
+/// A process limit this machine keeps with RLIMIT_NPROC (no cgroup for it:
+/// as an unprivileged user here) counts per user: a server's calls would
+/// share one count, so such a plugin's calls are spawned, each in a user
+/// namespace of its own. With a cgroup for the limit (as root here) each
+/// call gets its own cgroup, and the calls go through the server. The
+/// module's re-run as uid 65534 takes the other branch.
+#[test]
+fn a_process_limit_kept_by_rlimit_keeps_the_calls_spawned() {
+    let rt = rt();
+    let script = "import sys, json\npre = 'hashlib' in sys.modules\nprint(json.dumps({'type': 'ingest_result', 'memories': [], 'pre': pre}))\n";
+    let p = python_plugin("limited", script, "");
+    let mut config = HostConfig::default();
+    config.sandbox.max_processes = 16;
+    let (runner, _) = load_with(&p.dir, &p.home, &config);
+    let kept_by = ctxhost::runner::process::sandbox::features().process_limit;
+    let rlimit = kept_by == "rlimit";
+    let reply = call(&rt, &runner, HookName::Ingest, ingest("x")).unwrap();
+    assert_eq!(reply["pre"].as_bool(), Some(!rlimit), "the process limit is kept by {kept_by}: {reply}");
+    assert_eq!(runner.forkserver_pid().is_some(), !rlimit, "the process limit is kept by {kept_by}");
+    let manifest = ctxhost::manifest::Manifest::load(&p.dir).unwrap().manifest;
+    let decision = ctxhost::runner::process::forkserver_decision(&manifest.settings, &config).unwrap();
+    match decision {
+        Err(why) => assert!(rlimit && why.contains("RLIMIT_NPROC"), "{why}"),
+        Ok(()) => assert!(!rlimit),
+    }
+    rt.block_on(runner.shutdown());
+}
+
 /// Calls that overlap each run in a process of their own (one spare waits;
 /// the others are forked when they come), and the spare waiting for the
 /// next call holds nothing of any call: no fd but its socket to the server

@@ -138,7 +138,7 @@ pub(crate) fn script_runner_with(
     warnings.extend(sandbox_warnings);
     // One-shot Python hooks through a fork server, unless the plugin or the
     // operator says otherwise (workers and other runtimes never).
-    let forkserver = process::forkserver_decision(&manifest.settings, &cx.config.runner).is_some_and(|d| d.is_ok());
+    let forkserver = process::forkserver_decision(&manifest.settings, cx.config).is_some_and(|d| d.is_ok());
     Ok((ProcessRunner::new(ProcessPlugin { manifest, launcher, env, confinement, forkserver }), warnings))
 }
 

@@ -461,7 +461,7 @@ pub fn load_one(name: &str, cx: &LoadContext<'_>, options: &Options) -> Entry {
     status.kind = kind_of(&plugin, &peek);
     if status.kind != Kind::Faustbot {
         status.forkserver =
-            crate::runner::process::forkserver_decision(&plugin.settings, &cx.config.runner).map(ForkserverUse::of);
+            crate::runner::process::forkserver_decision(&plugin.settings, cx.config).map(ForkserverUse::of);
     }
     status.install_hint = runtime_info(&plugin.settings.runtime).install_hint.to_owned();
     entry.agent_candidate = crate::agent::engine::AgentPlugin::takes_part(&plugin);
@@ -580,7 +580,7 @@ fn load_manual(hooks: &toml::Table, cx: &LoadContext<'_>) -> Entry {
             status.warnings = plugin.warnings.clone();
             status.kind = kind_of(&plugin, &peek);
             status.forkserver =
-                crate::runner::process::forkserver_decision(&plugin.settings, &cx.config.runner).map(ForkserverUse::of);
+                crate::runner::process::forkserver_decision(&plugin.settings, cx.config).map(ForkserverUse::of);
             status.install_hint = runtime_info(&plugin.settings.runtime).install_hint.to_owned();
             status.runtime_available = !launcher_missing;
             match plugin.runner.ready() {

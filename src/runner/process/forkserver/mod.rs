@@ -142,9 +142,15 @@ pub const PRELOAD: &[&str] = &[
 /// server under the host's `[runner]` config: `None` for a plugin that is
 /// not a Python script plugin, else `Ok` or why not (said by `ctxhost
 /// doctor` and the catalog status). The loader decides with this too.
+///
+/// A process limit this machine keeps with `RLIMIT_NPROC` (no cgroup for
+/// it) rules the server out: that limit counts the processes of a user (of
+/// the user namespace a spawned hook gets to itself), so every call of one
+/// server, the server and its spare would share one count where a spawned
+/// hook has its own.
 pub fn decision(
     settings: &crate::manifest::ExecSettings,
-    runner: &crate::config::RunnerConfig,
+    config: &crate::config::HostConfig,
 ) -> Option<Result<(), &'static str>> {
     if settings.runtime != crate::manifest::Runtime::Python {
         return None;
@@ -153,8 +159,11 @@ pub fn decision(
         Err("a persistent worker: its process already stays up between calls")
     } else if !settings.forkserver {
         Err("`forkserver = false` in the plugin's [hooks]")
-    } else if !runner.python_forkserver {
+    } else if !config.runner.python_forkserver {
         Err("`[runner] python_forkserver = false` in config.toml")
+    } else if config.sandbox.max_processes > 0 && super::sandbox::features().process_limit == "rlimit" {
+        Err("`[sandbox] max_processes` is kept with RLIMIT_NPROC here (no cgroup for it), which counts per user: \
+             the server's calls would share one count")
     } else {
         Ok(())
     })
