@@ -183,7 +183,7 @@ fn a_process_limit_kept_by_rlimit_keeps_the_calls_spawned() {
     let mut config = HostConfig::default();
     config.sandbox.max_processes = 16;
     let (runner, _) = load_with(&p.dir, &p.home, &config);
-    let kept_by = ctxhost::runner::process::sandbox::features().process_limit;
+    let kept_by = ctxhost::runner::process::sandbox::features().limits().process_limit;
     let rlimit = kept_by == "rlimit";
     let reply = call(&rt, &runner, HookName::Ingest, ingest("x")).unwrap();
     assert_eq!(reply["pre"].as_bool(), Some(!rlimit), "the process limit is kept by {kept_by}: {reply}");
@@ -840,7 +840,7 @@ fn doctor_and_the_catalog_say_whether_hooks_run_through_a_fork_server() {
 /// the next one runs on the same server.
 #[test]
 fn a_per_call_memory_limit_binds_through_the_fork_server() {
-    if !ctxhost::runner::process::sandbox::features().memory_limit.starts_with("cgroup") {
+    if !ctxhost::runner::process::sandbox::features().limits().memory_limit.starts_with("cgroup") {
         eprintln!("no memory cgroup here: the limit is an rlimit, per process already");
         return;
     }

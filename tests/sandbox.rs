@@ -190,6 +190,33 @@ fn every_call_of_a_loaded_plugin_is_off_the_network() {
     });
 }
 
+/// The probe's warning about a partial sandbox names the limits only when
+/// a limit is set: without one (the default) a machine without cgroups for
+/// ctxhost (an unprivileged user here) has nothing to be warned about.
+#[test]
+fn limits_kept_without_cgroups_are_warned_about_only_when_a_limit_is_set() {
+    let p = bash_probe("echo ran", "");
+    let home = user_home(p.root.path());
+    let run = || {
+        let a = p.cmd().env("HOME", &home).args(["hook", p.dir.to_str().unwrap(), "ingest"]).write_stdin("{}").assert();
+        let a = a.success();
+        assert_eq!(contents(&reply(&a)), ["ran"]);
+        stderr(&a)
+    };
+    let unlimited = run();
+    assert!(!unlimited.contains("missing cgroup"), "no limit is set: {unlimited}");
+
+    write(&p.home.join("config.toml"), "[sandbox]\nmax_processes = 8\n");
+    let limited = run();
+    let kept_by = ctxhost::runner::process::sandbox::features().limits().process_limit;
+    assert_eq!(
+        limited.contains("missing cgroup memory limit, cgroup process limit")
+            || limited.contains("missing cgroup process limit"),
+        !kept_by.starts_with("cgroup"),
+        "the process limit is kept by {kept_by}: {limited}"
+    );
+}
+
 #[test]
 fn a_memory_bomb_is_stopped_by_max_memory_mb() {
     // bash builds a 100 MB string.

@@ -52,6 +52,8 @@ pub struct SandboxStatus {
     pub required: bool,
     #[serde(flatten)]
     pub features: crate::runner::process::sandbox::Features,
+    #[serde(flatten)]
+    pub limits: crate::runner::process::sandbox::probe::Limits,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -115,6 +117,7 @@ pub fn sandbox_status(cx: &LoadContext<'_>) -> SandboxStatus {
         full: features.full(),
         missing: features.missing().into_iter().map(str::to_owned).collect(),
         required: cx.config.sandbox.require,
+        limits: features.limits().clone(),
         features,
     }
 }

@@ -161,7 +161,7 @@ pub fn decision(
         Err("`forkserver = false` in the plugin's [hooks]")
     } else if !config.runner.python_forkserver {
         Err("`[runner] python_forkserver = false` in config.toml")
-    } else if config.sandbox.max_processes > 0 && super::sandbox::features().process_limit == "rlimit" {
+    } else if config.sandbox.max_processes > 0 && super::sandbox::features().limits().process_limit == "rlimit" {
         Err("`[sandbox] max_processes` is kept with RLIMIT_NPROC here (no cgroup for it), which counts per user: \
              the server's calls would share one count")
     } else {

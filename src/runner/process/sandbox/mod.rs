@@ -147,12 +147,14 @@ impl Confinement {
         if !s.allow_network && !features.netns {
             missing.push("network namespace");
         }
-        missing.extend(
-            features
-                .missing()
-                .into_iter()
-                .filter(|m| m.starts_with("cgroup") || *m == "seccomp" || *m == "pid namespace"),
-        );
+        if i.require {
+            missing.extend(
+                features
+                    .missing()
+                    .into_iter()
+                    .filter(|m| m.starts_with("cgroup") || *m == "seccomp" || *m == "pid namespace"),
+            );
+        }
         if i.require && !missing.is_empty() {
             return Err(SandboxError::Incomplete {
                 plugin: i.plugin.to_owned(),
@@ -200,6 +202,9 @@ impl Confinement {
             shared_net: std::sync::OnceLock::new(),
             started: std::sync::atomic::AtomicBool::new(false),
         };
+        if plan.memory_bytes.is_some() || plan.max_processes.is_some() {
+            warn_limits_without_cgroups(features);
+        }
         Ok((Confinement { plan: Some(Arc::new(plan)) }, warnings))
     }
 
@@ -259,11 +264,13 @@ impl Confinement {
         if let Some(n) = plan.max_processes {
             facts.limits.insert("max_processes", n);
         }
-        let limited = plan.memory_bytes.is_some() || plan.max_processes.is_some();
-        if limited && f.memory_limit.starts_with("cgroup") {
-            facts.layers.push("cgroup");
-        } else if limited && (f.memory_limit == "rlimit" || f.process_limit == "rlimit") {
-            facts.layers.push("rlimit");
+        if plan.memory_bytes.is_some() || plan.max_processes.is_some() {
+            let limits = f.limits();
+            if limits.memory_limit.starts_with("cgroup") {
+                facts.layers.push("cgroup");
+            } else if limits.memory_limit == "rlimit" || limits.process_limit == "rlimit" {
+                facts.layers.push("rlimit");
+            }
         }
         if !plan.confined {
             return facts;
@@ -313,13 +320,16 @@ impl Confinement {
     pub fn call_cgroup(&self) -> io::Result<(Cleanup, Vec<OwnedFd>)> {
         let mut cleanup = Cleanup::default();
         let Some(plan) = &self.plan else { return Ok((cleanup, Vec::new())) };
-        let bases = &plan.features.cgroups;
         // A cgroup only when a limit asks for one: joining costs the start
         // of the hook a cgroup migration (see DEFAULT_MAX_PROCESSES).
         let wants_cgroup = plan.memory_bytes.is_some() || plan.max_processes.is_some();
+        if !wants_cgroup {
+            return Ok((cleanup, Vec::new()));
+        }
+        let bases = &plan.features.limits().cgroups;
         let can_cgroup =
             bases.v2.is_some() || bases.v1_pids.is_some() || (plan.memory_bytes.is_some() && bases.v1_memory.is_some());
-        if !(wants_cgroup && can_cgroup) {
+        if !can_cgroup {
             return Ok((cleanup, Vec::new()));
         }
         let limits = cgroup::CgroupLimits { memory_bytes: plan.memory_bytes, max_processes: plan.max_processes };
@@ -349,10 +359,14 @@ impl Confinement {
             None => None,
         };
         let mut rlimits = Vec::new();
-        if let (Some(bytes), "rlimit") = (plan.memory_bytes, f.memory_limit) {
+        if let Some(bytes) = plan.memory_bytes
+            && f.limits().memory_limit == "rlimit"
+        {
             rlimits.push((libc::RLIMIT_DATA, bytes));
         }
-        if let (Some(n), "rlimit") = (plan.max_processes, f.process_limit) {
+        if let Some(n) = plan.max_processes
+            && f.limits().process_limit == "rlimit"
+        {
             rlimits.push((libc::RLIMIT_NPROC, n));
         }
         if !plan.confined {
@@ -438,6 +452,24 @@ impl Confinement {
             cleanup,
         ))
     }
+}
+
+/// Says once per process, for the first plugin with a limit, which limits
+/// this machine keeps without a cgroup (with rlimits, or not at all): the
+/// probe's own warning leaves the limits out, which plugins without one
+/// (the default) never use.
+fn warn_limits_without_cgroups(features: &Features) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        let missing: Vec<&str> = features.missing().into_iter().filter(|m| m.starts_with("cgroup")).collect();
+        if !missing.is_empty() {
+            tracing::warn!(
+                "the script sandbox is partial on this machine ({}): missing {}",
+                features.summary(),
+                missing.join(", ")
+            );
+        }
+    });
 }
 
 /// The covers of one process: the plugin's template, plus its TMPDIR when

@@ -1,7 +1,8 @@
 //! What this kernel and this user can confine with, found once per process:
-//! the Landlock ABI, whether a network namespace can be made, which cgroup
-//! hierarchies take a per-call cgroup (memory, pids, and a v2 one to kill
-//! with `cgroup.kill`).
+//! the Landlock ABI, whether a network namespace can be made, and — only
+//! when first asked ([`Features::limits`]: a plugin with a limit, `[sandbox]
+//! require`, `doctor`) — which cgroup hierarchies take a per-call cgroup
+//! (memory, pids, and a v2 one to kill with `cgroup.kill`).
 //!
 //! Probing only looks and tries (a throwaway cgroup made and removed, a
 //! forked child that unshares and exits); it never changes the host's own
@@ -37,6 +38,21 @@ pub struct Features {
     /// The seccomp filter can be installed (the kernel has seccomp filters
     /// and ctxhost knows this architecture's syscalls).
     pub seccomp: bool,
+    /// The features taken from the probe cache's claims rather than
+    /// probed by this process (`userns`, `netns`, `pidns`).
+    #[serde(skip)]
+    pub cached: Vec<&'static str>,
+    /// The limits' part, probed on first use ([`Features::limits`]).
+    #[serde(skip)]
+    limits: OnceLock<Limits>,
+}
+
+/// How limits are kept and leftovers killed here: the cgroup part of the
+/// probe. Probed only when asked (a limit configured, `[sandbox] require`,
+/// `doctor`): finding the hierarchies means making and removing a cgroup,
+/// which a hook without limits (the default) has no use for.
+#[derive(Debug, Clone, Serialize)]
+pub struct Limits {
     /// Where per-call cgroups go.
     #[serde(skip)]
     pub cgroups: Bases,
@@ -46,15 +62,16 @@ pub struct Features {
     /// (per user namespace) or `none`.
     pub process_limit: &'static str,
     /// How a call's leftovers (escaped its process group) are killed:
-    /// `cgroup v2`, `cgroup v1` or `none` (process group only).
+    /// `pid namespace`, `cgroup v2`, `cgroup v1` or `none` (process group only).
     pub kill: &'static str,
-    /// The features taken from the probe cache's claims rather than
-    /// probed by this process (`userns`, `netns`, `pidns`).
-    #[serde(skip)]
-    pub cached: Vec<&'static str>,
 }
 
 impl Features {
+    /// How limits are kept here (probed on first use).
+    pub fn limits(&self) -> &Limits {
+        self.limits.get_or_init(|| probe_limits(self.userns, self.pidns))
+    }
+
     /// Every part of the policy can be applied.
     pub fn full(&self) -> bool {
         self.missing().is_empty()
@@ -62,21 +79,29 @@ impl Features {
 
     /// The parts of the policy this machine cannot apply, in words.
     pub fn missing(&self) -> Vec<&'static str> {
+        let mut missing = self.missing_layers();
+        let limits = self.limits();
+        if !limits.memory_limit.starts_with("cgroup") {
+            missing.push("cgroup memory limit");
+        }
+        if !limits.process_limit.starts_with("cgroup") {
+            missing.push("cgroup process limit");
+        }
+        if limits.kill == "none" {
+            missing.push("cgroup kill of escaped processes");
+        }
+        missing
+    }
+
+    /// The layers every confined hook gets that this machine cannot apply
+    /// (the limits, which only a configured limit needs, aside).
+    pub fn missing_layers(&self) -> Vec<&'static str> {
         let mut missing = Vec::new();
         if self.landlock_abi < 1 {
             missing.push("landlock (filesystem confinement)");
         }
         if !self.netns {
             missing.push("network namespace");
-        }
-        if !self.memory_limit.starts_with("cgroup") {
-            missing.push("cgroup memory limit");
-        }
-        if !self.process_limit.starts_with("cgroup") {
-            missing.push("cgroup process limit");
-        }
-        if self.kill == "none" {
-            missing.push("cgroup kill of escaped processes");
         }
         if !self.pidns {
             missing.push("pid namespace");
@@ -103,13 +128,14 @@ impl Features {
             // SAFETY: geteuid has no preconditions.
             format!("uid {}", unsafe { libc::geteuid() })
         };
+        let limits = self.limits();
         format!(
             "{landlock}, seccomp {}, {netns}, pidns {}, {uid}, memory limit {}, process limit {}, kill {}",
             yes(self.seccomp),
             yes(self.pidns),
-            self.memory_limit,
-            self.process_limit,
-            self.kill
+            limits.memory_limit,
+            limits.process_limit,
+            limits.kill
         )
     }
 }
@@ -156,11 +182,14 @@ pub fn features() -> &'static Features {
             }
             None => probe(Claims::none()),
         };
-        if !features.full() {
+        // The layers every confined hook gets; a limit kept without a
+        // cgroup is said where a plugin sets one (`Confinement::for_plugin`).
+        let missing = features.missing_layers();
+        if !missing.is_empty() {
             tracing::warn!(
                 "the script sandbox is partial on this machine ({}): missing {}",
                 features.summary(),
-                features.missing().join(", ")
+                missing.join(", ")
             );
         }
         features
@@ -183,6 +212,16 @@ fn probe(claims: Claims) -> Features {
     let userns = !root && (claimed(claims.userns, "userns") || can_unshare(libc::CLONE_NEWUSER));
     let netns = claimed(claims.netns, "netns")
         || if root { can_unshare(libc::CLONE_NEWNET) } else { userns && can_unshare_user_net() };
+    let pidns = claimed(claims.pidns, "pidns") || can_pid_namespace(root, userns);
+    let seccomp = super::seccomp::programs().is_some()
+        // SAFETY: PR_GET_SECCOMP only reads this process's mode.
+        && unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) } >= 0;
+    Features { landlock_abi, netns, userns, root, pidns, seccomp, cached, limits: OnceLock::new() }
+}
+
+/// The limits' part of the probe: the cgroup hierarchies ctxhost can make
+/// per-call cgroups in, and what that leaves to rlimits.
+fn probe_limits(userns: bool, pidns: bool) -> Limits {
     let cgroups = Bases::probe(Path::new("/proc/self/mountinfo"), Path::new("/proc/self/cgroup"));
     let memory_limit = if cgroups.v2_memory {
         "cgroup v2"
@@ -200,10 +239,6 @@ fn probe(claims: Claims) -> Features {
     } else {
         "none"
     };
-    let pidns = claimed(claims.pidns, "pidns") || can_pid_namespace(root, userns);
-    let seccomp = super::seccomp::programs().is_some()
-        // SAFETY: PR_GET_SECCOMP only reads this process's mode.
-        && unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) } >= 0;
     let kill = if pidns {
         "pid namespace"
     } else if cgroups.use_v2() {
@@ -213,7 +248,7 @@ fn probe(claims: Claims) -> Features {
     } else {
         "none"
     };
-    Features { landlock_abi, netns, userns, root, pidns, seccomp, cgroups, memory_limit, process_limit, kill, cached }
+    Limits { cgroups, memory_limit, process_limit, kill }
 }
 
 /// `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`.
