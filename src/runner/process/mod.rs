@@ -153,9 +153,17 @@ pub(crate) fn remove_tree_soon(path: std::path::PathBuf) {
         return;
     }
     let removal = Removal(path);
+    off_the_path(move || drop(removal));
+}
+
+/// Runs `work` on the blocking pool ([`blocking_pool`]) without waiting
+/// for it, or at once when there is none. A runtime shutting down drops a
+/// queued task unrun: what must happen on every path belongs in a drop of
+/// something `work` owns (as a [`Removal`]).
+pub(crate) fn off_the_path(work: impl FnOnce() + Send + 'static) {
     match blocking_pool() {
-        Some(handle) => drop(handle.spawn_blocking(move || drop(removal))),
-        None => drop(removal),
+        Some(pool) => drop(pool.spawn_blocking(work)),
+        None => work(),
     }
 }
 

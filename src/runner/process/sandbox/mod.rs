@@ -98,6 +98,13 @@ struct Plan {
     started: std::sync::atomic::AtomicBool,
 }
 
+impl Plan {
+    /// A memory or process limit applies to the plugin's processes.
+    fn limited(&self) -> bool {
+        self.memory_bytes.is_some() || self.max_processes.is_some()
+    }
+}
+
 /// Everything a confinement is decided from (privileges already effective).
 pub struct Inputs<'a> {
     pub plugin: &'a str,
@@ -202,7 +209,7 @@ impl Confinement {
             shared_net: std::sync::OnceLock::new(),
             started: std::sync::atomic::AtomicBool::new(false),
         };
-        if plan.memory_bytes.is_some() || plan.max_processes.is_some() {
+        if plan.limited() {
             warn_limits_without_cgroups(features);
         }
         Ok((Confinement { plan: Some(Arc::new(plan)) }, warnings))
@@ -264,7 +271,7 @@ impl Confinement {
         if let Some(n) = plan.max_processes {
             facts.limits.insert("max_processes", n);
         }
-        if plan.memory_bytes.is_some() || plan.max_processes.is_some() {
+        if plan.limited() {
             let limits = f.limits();
             if limits.memory_limit.starts_with("cgroup") {
                 facts.layers.push("cgroup");
@@ -322,8 +329,7 @@ impl Confinement {
         let Some(plan) = &self.plan else { return Ok((cleanup, Vec::new())) };
         // A cgroup only when a limit asks for one: joining costs the start
         // of the hook a cgroup migration (see DEFAULT_MAX_PROCESSES).
-        let wants_cgroup = plan.memory_bytes.is_some() || plan.max_processes.is_some();
-        if !wants_cgroup {
+        if !plan.limited() {
             return Ok((cleanup, Vec::new()));
         }
         let bases = &plan.features.limits().cgroups;
@@ -460,16 +466,7 @@ impl Confinement {
 /// (the default) never use.
 fn warn_limits_without_cgroups(features: &Features) {
     static SAID: std::sync::Once = std::sync::Once::new();
-    SAID.call_once(|| {
-        let missing: Vec<&str> = features.missing().into_iter().filter(|m| m.starts_with("cgroup")).collect();
-        if !missing.is_empty() {
-            tracing::warn!(
-                "the script sandbox is partial on this machine ({}): missing {}",
-                features.summary(),
-                missing.join(", ")
-            );
-        }
-    });
+    SAID.call_once(|| features.warn_partial(&features.missing_limits()));
 }
 
 /// The covers of one process: the plugin's template, plus its TMPDIR when
@@ -923,9 +920,6 @@ impl Drop for Cleanup {
     fn drop(&mut self) {
         let Some(cgroup) = self.cgroup.take() else { return };
         cgroup.kill_now();
-        match super::blocking_pool() {
-            Some(handle) => drop(handle.spawn_blocking(move || cgroup.kill_and_remove())),
-            None => cgroup.kill_and_remove(),
-        }
+        super::off_the_path(move || cgroup.kill_and_remove());
     }
 }

@@ -80,7 +80,14 @@ impl Features {
     /// The parts of the policy this machine cannot apply, in words.
     pub fn missing(&self) -> Vec<&'static str> {
         let mut missing = self.missing_layers();
+        missing.extend(self.missing_limits());
+        missing
+    }
+
+    /// The limits' part of [`Features::missing`] (probes [`Features::limits`]).
+    pub fn missing_limits(&self) -> Vec<&'static str> {
         let limits = self.limits();
+        let mut missing = Vec::new();
         if !limits.memory_limit.starts_with("cgroup") {
             missing.push("cgroup memory limit");
         }
@@ -91,6 +98,17 @@ impl Features {
             missing.push("cgroup kill of escaped processes");
         }
         missing
+    }
+
+    /// Warns that the sandbox lacks `missing` here (nothing when empty).
+    pub fn warn_partial(&self, missing: &[&str]) {
+        if !missing.is_empty() {
+            tracing::warn!(
+                "the script sandbox is partial on this machine ({}): missing {}",
+                self.summary(),
+                missing.join(", ")
+            );
+        }
     }
 
     /// The layers every confined hook gets that this machine cannot apply
@@ -184,14 +202,7 @@ pub fn features() -> &'static Features {
         };
         // The layers every confined hook gets; a limit kept without a
         // cgroup is said where a plugin sets one (`Confinement::for_plugin`).
-        let missing = features.missing_layers();
-        if !missing.is_empty() {
-            tracing::warn!(
-                "the script sandbox is partial on this machine ({}): missing {}",
-                features.summary(),
-                missing.join(", ")
-            );
-        }
+        features.warn_partial(&features.missing_layers());
         features
     })
 }
