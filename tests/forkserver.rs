@@ -9,9 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ctxhost::config::HostConfig;
-use ctxhost::home::Home;
 use ctxhost::metrics::Metrics;
-use ctxhost::plugin::{LoadContext, load_script_plugin};
 use ctxhost::protocol::{HookName, HookRequest};
 use ctxhost::runner::process::ProcessRunner;
 use ctxhost::runner::{CallOptions, HookError, Runner};
@@ -24,9 +22,7 @@ fn rt() -> tokio::runtime::Runtime {
 }
 
 fn load_with(dir: &Path, home: &Path, config: &HostConfig) -> (ProcessRunner, Arc<Metrics>) {
-    let home = Home::at(home);
-    let cx = LoadContext { home: &home, config, host_env: &LoadContext::process_env };
-    let runner = load_script_plugin(dir, &cx).unwrap_or_else(|e| panic!("load {}: {e}", dir.display())).0;
+    let runner = crate::util::load_script(dir, home, config);
     let metrics = Arc::new(Metrics::default());
     runner.attach_metrics(Arc::clone(&metrics));
     (runner, metrics)

@@ -160,19 +160,12 @@ fn every_call_of_a_loaded_plugin_is_off_the_network() {
     use ctxhost::protocol::{HookName, HookRequest};
     use ctxhost::runner::{CallOptions, Runner};
     let (p, listener) = connect_probe("");
-    let home = ctxhost::home::Home::at(&p.home);
-    let config = ctxhost::config::HostConfig::default();
-    let cx = ctxhost::plugin::LoadContext {
-        home: &home,
-        config: &config,
-        host_env: &ctxhost::plugin::LoadContext::process_env,
-    };
     let request = HookRequest::from_json(HookName::Ingest, json!({"agent_id": "a", "message": "m"})).unwrap();
     let current = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let multi = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     for rt in [&current, &multi] {
         // A fresh load: its first call is the one that makes its own namespace.
-        let runner = ctxhost::plugin::load_script_plugin(&p.dir, &cx).unwrap().0;
+        let runner = crate::util::load_script(&p.dir, &p.home, &ctxhost::config::HostConfig::default());
         for call in 1..=3 {
             let reply = rt.block_on(runner.call(&request, &CallOptions::default())).unwrap();
             assert_eq!(contents(&reply)[0], "refused", "call {call}: {reply}");

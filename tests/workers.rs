@@ -27,9 +27,7 @@ use std::time::{Duration, Instant};
 
 use ctxhost::config::HostConfig;
 use ctxhost::engine::layer::Layer;
-use ctxhost::home::Home;
 use ctxhost::metrics::Metrics;
-use ctxhost::plugin::{LoadContext, load_script_plugin};
 use ctxhost::protocol::{HookName, HookRequest};
 use ctxhost::runner::process::ProcessRunner;
 use ctxhost::runner::{CallOptions, HookError, Runner};
@@ -44,10 +42,7 @@ fn rt() -> tokio::runtime::Runtime {
 }
 
 fn load(p: &TestPlugin) -> ProcessRunner {
-    let home = Home::at(&p.home);
-    let config = HostConfig::default();
-    let cx = LoadContext { home: &home, config: &config, host_env: &LoadContext::process_env };
-    load_script_plugin(&p.dir, &cx).unwrap_or_else(|e| panic!("load {}: {e}", p.dir.display())).0
+    crate::util::load_script(&p.dir, &p.home, &HostConfig::default())
 }
 
 fn request(hook: HookName, body: Value) -> HookRequest {

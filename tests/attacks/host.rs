@@ -207,14 +207,7 @@ fn a_workers_late_line_never_becomes_the_next_callers_reply() {
             ("hooks/worker.sh", LEAKY_WORKER),
         ],
     );
-    let home = ctxhost::home::Home::at(&plugin.home);
-    let config = ctxhost::config::HostConfig::default();
-    let cx = ctxhost::plugin::LoadContext {
-        home: &home,
-        config: &config,
-        host_env: &ctxhost::plugin::LoadContext::process_env,
-    };
-    let runner = Arc::new(ctxhost::plugin::load_script_plugin(&plugin.dir, &cx).unwrap().0);
+    let runner = Arc::new(crate::util::load_script(&plugin.dir, &plugin.home, &ctxhost::config::HostConfig::default()));
     let settings = runner.plugin().manifest.settings.clone();
     let hooks = runner.plugin().manifest.hooks.keys().copied().collect();
     let metrics = Arc::new(ctxhost::metrics::Metrics::default());

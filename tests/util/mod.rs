@@ -57,6 +57,18 @@ impl TestPlugin {
     }
 }
 
+/// The script plugin in `dir` loaded as the engine loads it, with `home`
+/// as ctxhost's home and `config` as its config.toml.
+pub fn load_script(
+    dir: &Path,
+    home: &Path,
+    config: &ctxhost::config::HostConfig,
+) -> ctxhost::runner::process::ProcessRunner {
+    let home = ctxhost::home::Home::at(home);
+    let cx = ctxhost::plugin::LoadContext { home: &home, config, host_env: &ctxhost::plugin::LoadContext::process_env };
+    ctxhost::plugin::load_script_plugin(dir, &cx).unwrap_or_else(|e| panic!("load {}: {e}", dir.display())).0
+}
+
 pub fn write(path: &Path, content: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, content).unwrap();
