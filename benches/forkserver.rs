@@ -55,22 +55,13 @@ fn main() {
         return;
     }
     let root = tempfile::tempdir().unwrap();
-    println!("load average before: {}", load_average());
+    println!("load average before: {}", support::load_average());
     single_calls(root.path());
     // `FORKSERVER_BENCH=calls` measures the single calls only.
     if std::env::var("FORKSERVER_BENCH").as_deref() != Ok("calls") {
         stack_turns(root.path());
     }
-    println!("load average after: {}", load_average());
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
+    println!("load average after: {}", support::load_average());
 }
 
 fn plugin(root: &Path, name: &str, script: &str, extra: &str) -> ProcessRunner {

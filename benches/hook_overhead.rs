@@ -126,13 +126,6 @@ fn per_call(c: &mut Criterion) {
     g.finish();
 }
 
-/// The load average now (`/proc/loadavg`'s first three fields).
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
-
 fn summary() {
     let f = fixture();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -142,7 +135,7 @@ fn summary() {
     let uid = unsafe { libc::geteuid() };
     println!(
         "\nPaired measurement as uid {uid} (medians; the two sides alternate call by call; load average {}):",
-        load_average()
+        support::load_average()
     );
     let native_bin = f.native_dir.join("bin/native-memory");
     let r = runner(&f, &f.native_dir);
@@ -214,7 +207,7 @@ fn summary() {
         "  python whole run, default sandbox: interpreter direct {direct:.2} ms, ctxhost hook {cached:.2} ms, ratio \
          {ratio:.3}x ({verdict} <= 1.10x); without the probe cache {probed:.2} ms, ratio {probed_ratio:.3}x \
          (load average {})",
-        load_average()
+        support::load_average()
     );
 }
 

@@ -81,12 +81,10 @@ fn summary() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let request = HookRequest::from_json(HookName::Ingest, serde_json::from_str(REQUEST).unwrap()).unwrap();
     let options = CallOptions::default();
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load: Vec<&str> = load.split_whitespace().take(3).collect();
     println!(
         "\nSandbox features: {} (load average {})",
         ctxhost::runner::process::sandbox::features().summary(),
-        load.join(" ")
+        support::load_average()
     );
     let (open, confined, added, _) = support::paired(
         600,

@@ -137,3 +137,11 @@ pub fn load_stack_engine(
     assert!(warnings.iter().all(|w| !w.contains("left out")), "{warnings:?}");
     engine
 }
+
+/// The load average now (`/proc/loadavg`'s first three fields; `?` when
+/// unreadable): printed with the figures, as other builds share the cores.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
