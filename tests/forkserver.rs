@@ -280,17 +280,11 @@ fn python_children(root: i32) -> Vec<i32> {
             && String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default())
                 .contains("fork server")
     };
-    let parent = |pid: i32| -> i32 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        stat.rsplit(')')
-            .next()
-            .and_then(|rest| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(0)
-    };
     let mut all = descendants(root);
     all.push(root);
-    all.into_iter().filter(|&pid| runs_server(pid) && runs_server(parent(pid))).collect()
+    all.into_iter()
+        .filter(|&pid| runs_server(pid) && crate::util::procs::parent_of(pid).is_some_and(runs_server))
+        .collect()
 }
 
 /// The server runs compiled code only for the source a call's process
