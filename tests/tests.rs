@@ -25,6 +25,7 @@
 //! - `docs_reference`: `docs/reference/*.md` against the code: hooks and their fields, manifest and config keys, routes.
 //! - `faustbot`: FaustBot plugins (plugin.json + impl.py) unmodified: the examples, every hook sync and async, deps, lifecycle.
 //! - `dashboard`: the dashboard page in headless Chromium and Firefox against a real daemon: every view, the actions, what it shows.
+//! - `trusted`: the operator's trusted plugin: its keeper shares ctxhost's memory, tethered all the same, as root and unprivileged.
 //! - `forkserver`: one-shot Python hooks through the per-plugin fork server: both paths agree, leftovers die, the sandbox holds.
 //! - `docs_examples`: every shell example of README.md and docs/ is run (marked runnable) or names the test that runs it.
 
@@ -59,6 +60,7 @@ mod server;
 mod sidecar;
 mod stack;
 mod store;
+mod trusted;
 mod wasm;
 mod wire;
 mod workers;

@@ -93,35 +93,104 @@ impl Drop for GroupKill {
 
 /// Runs the call to the end. Returns the exit status and output of a hook
 /// that exited by itself, or the error that stopped it.
-pub async fn run(call: OneShot<'_>) -> Result<Finished, HookError> {
-    let super::spawn::Spawned { mut child, cleanup: _cleanup } = super::spawn::spawn(super::spawn::SpawnSpec {
+pub async fn run(mut call: OneShot<'_>) -> Result<Finished, HookError> {
+    use super::spawn::CallProcess;
+    let started = super::spawn::spawn_call(super::spawn::SpawnSpec {
         command: call.command,
         cwd: call.cwd,
-        env: call.env,
+        env: std::mem::take(&mut call.env),
         confinement: call.confinement,
         tmpdir: call.tmpdir,
         stdin: None,
     })?;
-    let pid = child.id().and_then(|id| libc::pid_t::try_from(id).ok()).unwrap_or(0);
-    let mut group = GroupKill(pid);
-    let exit = ExitWatch::new(pid);
-    let (Some(stdin), Some(mut stdout), Some(mut stderr)) =
-        (child.stdin.take(), child.stdout.take(), child.stderr.take())
-    else {
-        return Err(HookError::Io(std::io::Error::other("hook pipes were not set up")));
-    };
+    let missing = || HookError::Io(std::io::Error::other("hook pipes were not set up"));
+    match started {
+        CallProcess::Spawned(super::spawn::Spawned { mut child, cleanup: _cleanup }) => {
+            let pid = child.id().and_then(|id| libc::pid_t::try_from(id).ok()).unwrap_or(0);
+            let (Some(stdin), Some(stdout), Some(stderr)) =
+                (child.stdin.take(), child.stdout.take(), child.stderr.take())
+            else {
+                return Err(missing());
+            };
+            let mut process = Spawned { child, exit: ExitWatch::new(pid) };
+            drive(&call, pid, &mut process, stdin, stdout, stderr).await
+        }
+        CallProcess::Shared { mut keeper, cleanup: _cleanup } => {
+            let pid = keeper.id();
+            let (Some(stdin), Some(stdout), Some(stderr)) =
+                (keeper.stdin.take(), keeper.stdout.take(), keeper.stderr.take())
+            else {
+                return Err(missing());
+            };
+            let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin)?;
+            let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout)?;
+            let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(stderr)?;
+            drive(&call, pid, &mut keeper, stdin, stdout, stderr).await
+        }
+    }
+}
 
+/// A started call process, as [`drive`] waits for it.
+trait CallExit {
+    /// Returns once the process has exited: `None` without reaping it (its
+    /// group can still be killed safely), or its status when it could only
+    /// be told by reaping.
+    async fn exited(&mut self) -> std::io::Result<Option<ExitStatus>>;
+    /// Reaps it (at once once it has exited).
+    async fn reap(&mut self) -> std::io::Result<ExitStatus>;
+}
+
+/// A process spawned through `Command`, watched through a pidfd of its own.
+struct Spawned {
+    child: tokio::process::Child,
+    exit: ExitWatch,
+}
+
+impl CallExit for Spawned {
+    async fn exited(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        if self.exit.available() {
+            self.exit.exited().await;
+            Ok(None)
+        } else {
+            self.child.wait().await.map(Some)
+        }
+    }
+
+    async fn reap(&mut self) -> std::io::Result<ExitStatus> {
+        self.child.wait().await
+    }
+}
+
+impl CallExit for super::sandbox::shared::SharedKeeper {
+    async fn exited(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        super::sandbox::shared::SharedKeeper::exited(self).await;
+        Ok(None)
+    }
+
+    async fn reap(&mut self) -> std::io::Result<ExitStatus> {
+        self.wait().await
+    }
+}
+
+/// Feeds, reads, bounds and reaps a started call whose group is `pid`.
+async fn drive<W, O, E>(
+    call: &OneShot<'_>,
+    pid: libc::pid_t,
+    process: &mut impl CallExit,
+    stdin: W,
+    mut stdout: O,
+    mut stderr: E,
+) -> Result<Finished, HookError>
+where
+    W: tokio::io::AsyncWrite + Unpin,
+    O: tokio::io::AsyncRead + Unpin + AsRawFd,
+    E: tokio::io::AsyncRead + Unpin + AsRawFd,
+{
+    let mut group = GroupKill(pid);
     let deadline = tokio::time::sleep(call.timeout);
     tokio::pin!(deadline);
     let mut capture = Capture::new(call.plugin, call.hook, call.output_cap);
-    let exited = async {
-        if exit.available() {
-            exit.exited().await;
-            Ok(None)
-        } else {
-            child.wait().await.map(Some)
-        }
-    };
+    let exited = process.exited();
     let pumped = capture::pump(&mut capture, stdin, call.stdin, &mut stdout, &mut stderr, exited, deadline).await;
     let reaped = match pumped {
         Ok(reaped) => reaped,
@@ -132,7 +201,7 @@ pub async fn run(call: OneShot<'_>) -> Result<Finished, HookError> {
         Err(Stopped::Io(e)) => return Err(HookError::Io(e)),
         Err(Stopped::Timeout) => {
             group.kill();
-            let _ = child.wait().await;
+            let _ = process.reap().await;
             group.disarm();
             return Err(HookError::Timeout { secs: call.timeout.as_secs() });
         }
@@ -146,7 +215,7 @@ pub async fn run(call: OneShot<'_>) -> Result<Finished, HookError> {
     // Only now reap the hook (at once: it has exited), then the guard is done.
     let status = match reaped {
         Some(status) => status,
-        None => child.wait().await?,
+        None => process.reap().await?,
     };
     group.disarm();
     capped?;

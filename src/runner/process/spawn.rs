@@ -12,7 +12,8 @@ use std::path::Path;
 use std::process::Stdio;
 
 use super::launcher::CommandLine;
-use super::sandbox::{Cleanup, Confinement};
+use super::sandbox::shared::SharedKeeper;
+use super::sandbox::{ChildSteps, Cleanup, Confinement};
 use crate::runner::HookError;
 
 /// What a hook process is started with.
@@ -37,6 +38,13 @@ pub struct Spawned {
     pub cleanup: Cleanup,
 }
 
+/// A one-shot call's process: spawned through `Command`, or the trusted
+/// hook's keeper started sharing ctxhost's memory ([`SharedKeeper`]).
+pub enum CallProcess {
+    Spawned(Spawned),
+    Shared { keeper: SharedKeeper, cleanup: Cleanup },
+}
+
 /// Starts the process: cleared environment, `cwd`, its own process group
 /// (its pid is the group id), all three standard streams piped, killed if
 /// the handle is dropped, confined as the plugin's [`Confinement`] says.
@@ -45,29 +53,69 @@ pub struct Spawned {
 /// [`HookError::Spawn`] naming the program, also when the confinement
 /// cannot be set up (a hook never runs less confined than decided).
 pub fn spawn(spec: SpawnSpec<'_>) -> Result<Spawned, HookError> {
+    let (steps, cleanup) = prepare(&spec)?;
+    let child = command(spec, steps)?;
+    Ok(Spawned { child, cleanup })
+}
+
+/// [`spawn`] for a one-shot call, which starts the trusted hook's keeper
+/// without a fork of ctxhost ([`SharedKeeper`]) where it can. (The
+/// persistent worker and the fork server start once per plugin: they keep
+/// the fork.)
+///
+/// # Errors
+/// As [`spawn`].
+pub fn spawn_call(spec: SpawnSpec<'_>) -> Result<CallProcess, HookError> {
+    let (steps, cleanup) = prepare(&spec)?;
+    let shared = steps.as_ref().is_some_and(ChildSteps::shares_memory)
+        && spec.stdin.is_none()
+        && super::sandbox::shared::available();
+    match steps {
+        Some(steps) if shared => {
+            let keeper = SharedKeeper::start(steps, spec.cwd).map_err(|source| spawn_error(&spec, source))?;
+            Ok(CallProcess::Shared { keeper, cleanup })
+        }
+        steps => Ok(CallProcess::Spawned(Spawned { child: command(spec, steps)?, cleanup })),
+    }
+}
+
+fn spawn_error(spec: &SpawnSpec<'_>, source: std::io::Error) -> HookError {
+    HookError::Spawn { program: spec.command.program.clone(), source: spec.confinement.start_failed(source) }
+}
+
+/// The plugin's confinement prepared for this process.
+fn prepare(spec: &SpawnSpec<'_>) -> Result<(Option<ChildSteps>, Cleanup), HookError> {
+    let mut prepared = spec
+        .confinement
+        .prepare(spec.tmpdir)
+        .map_err(|source| HookError::Spawn { program: spec.command.program.clone(), source })?;
+    if let Some(steps) = &mut prepared.0 {
+        steps.set_exec(Path::new(&spec.command.program), &spec.command.args, &spec.env);
+    }
+    Ok(prepared)
+}
+
+/// Spawns through `Command`, the steps run between fork and exec.
+fn command(mut spec: SpawnSpec<'_>, steps: Option<ChildSteps>) -> Result<tokio::process::Child, HookError> {
     let mut cmd = tokio::process::Command::new(&spec.command.program);
     cmd.args(&spec.command.args)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .current_dir(spec.cwd)
         .process_group(0)
-        .stdin(match spec.stdin {
+        .stdin(match spec.stdin.take() {
             Some(fd) => Stdio::from(fd),
             None => Stdio::piped(),
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let spawn_error = |source| HookError::Spawn { program: spec.command.program.clone(), source };
-    let (steps, cleanup) = spec.confinement.prepare(spec.tmpdir).map_err(spawn_error)?;
     if let Some(mut steps) = steps {
-        steps.set_exec(std::path::Path::new(&spec.command.program), &spec.command.args, &spec.env);
         // SAFETY: `apply` only makes syscalls on fds and buffers prepared
         // above (no allocation on success, no locks), as pre_exec requires.
         unsafe {
             cmd.pre_exec(move || steps.apply());
         }
     }
-    let child = cmd.spawn().map_err(|e| spawn_error(spec.confinement.start_failed(e)))?;
-    Ok(Spawned { child, cleanup })
+    cmd.spawn().map_err(|e| spawn_error(&spec, e))
 }

@@ -41,6 +41,7 @@ pub mod pidns;
 pub mod probe;
 pub mod probe_cache;
 pub mod seccomp;
+pub mod shared;
 pub mod tether;
 pub mod view;
 
@@ -549,15 +550,7 @@ impl ChildSteps {
                 mark_inherited_fds_close_on_exec();
             }
             if self.tether {
-                // The keeper and the init never exec: the daemon's signal
-                // handlers (a runtime's SIGCHLD handler writing to a pipe
-                // they closed) must not run in them. exec would reset them
-                // for the hook all the same.
-                for signal in 1..libc::SIGRTMAX() {
-                    if signal != libc::SIGKILL && signal != libc::SIGSTOP {
-                        libc::signal(signal, libc::SIG_DFL);
-                    }
-                }
+                default_signal_handlers();
             }
             for fd in &self.join {
                 // "0" means the writing process.
@@ -678,6 +671,13 @@ impl ChildSteps {
         Ok(())
     }
 
+    /// Whether the keeper may start sharing ctxhost's memory
+    /// ([`shared`]): the operator's trusted plugin (no sandbox layer, only
+    /// the tether and limits), its exec prepared, ctxhost's pidfd open.
+    pub fn shares_memory(&self) -> bool {
+        !self.confined && self.tether && self.exec.is_some() && self.host >= 0 && self.namespaces.is_none()
+    }
+
     /// The hook's own `execve` (program, argv, envp prepared in the parent),
     /// for the start that does not go back through `Command`: the
     /// namespace's init (or the keeper, [`tether`]) clones the hook sharing
@@ -736,6 +736,22 @@ impl ChildSteps {
                 Err(e) => e,
             };
             report_and_exit(&error)
+        }
+    }
+}
+
+/// Every signal back to its default action. The keeper and the init never
+/// exec: the daemon's signal handlers (a runtime's SIGCHLD handler writing
+/// to a pipe they closed) must not run in them. exec would reset them for
+/// the hook all the same.
+///
+/// # Safety
+/// Between fork (or clone) and exec.
+unsafe fn default_signal_handlers() {
+    for signal in 1..libc::SIGRTMAX() {
+        if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+            // SAFETY: signal(2) on this process's own handler table.
+            unsafe { libc::signal(signal, libc::SIG_DFL) };
         }
     }
 }

@@ -159,6 +159,27 @@ pub(super) unsafe fn exit_like(status: libc::c_int) -> ! {
 /// # Safety
 /// Between fork and exec, in a single-threaded child.
 pub(super) unsafe fn split(steps: &super::ChildSteps) -> io::Result<()> {
+    // SAFETY: the wipe in a process that never returns to code using argv
+    // or environment (the hook execs with the steps' own, or std's
+    // prepared, arguments); the rest as this function's own contract.
+    unsafe {
+        pidns::hide_daemon(&steps.wipe);
+        start_and_keep(steps, true)
+    }
+}
+
+/// The keeper's part once it runs: a child subreaper, it starts the hook
+/// (the clone that execs by itself when the steps carry the exec; else, or
+/// when that clone fails and `fork` allows it, a fork that returns `Ok` in
+/// the hook) and keeps it ([`keep`], never returning).
+///
+/// # Errors
+/// The hook could not be started (it must not run untethered).
+///
+/// # Safety
+/// Between fork (or a clone sharing ctxhost's memory, [`super::shared`])
+/// and exec, in a single-threaded keeper.
+pub(super) unsafe fn start_and_keep(steps: &super::ChildSteps, fork: bool) -> io::Result<()> {
     extern "C" fn hook_main(arg: *mut libc::c_void) -> libc::c_int {
         // SAFETY: `arg` points at the keeper's steps and pid, alive while the
         // keeper is suspended (CLONE_VFORK) until this process execs or exits.
@@ -168,11 +189,8 @@ pub(super) unsafe fn split(steps: &super::ChildSteps) -> io::Result<()> {
             steps.finish_and_exec()
         }
     }
-    // SAFETY: prctl/clone/fork on this single-threaded process; the wipe
-    // in a process that never returns to code using argv or environment
-    // (the hook execs with the steps' own, or std's prepared, arguments).
+    // SAFETY: prctl/clone/fork on this single-threaded process.
     unsafe {
-        pidns::hide_daemon(&steps.wipe);
         // Whatever the hook leaves comes to the keeper, not to the machine's init.
         if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
             return Err(io::Error::last_os_error());
@@ -190,6 +208,9 @@ pub(super) unsafe fn split(steps: &super::ChildSteps) -> io::Result<()> {
             );
             if pid > 0 {
                 keep(pid, steps)
+            }
+            if !fork {
+                return Err(io::Error::last_os_error());
             }
         }
         let pid = libc::fork();
