@@ -176,16 +176,28 @@ fn donor_tls() -> Option<usize> {
         let (tx, rx) = std::sync::mpsc::channel();
         let spawned =
             std::thread::Builder::new().name("ctxhost-keepers".into()).stack_size(32 * 1024).spawn(move || {
-                let _ = tx.send(thread_pointer());
+                if !TP_IS_PTHREAD_T {
+                    let _ = tx.send(thread_pointer());
+                }
                 // Never ends: its thread-local area is the keepers'.
                 loop {
                     std::thread::park();
                 }
             });
-        spawned.ok()?;
+        let handle = spawned.ok()?;
+        if TP_IS_PTHREAD_T {
+            // The thread's TCB, set up by pthread_create before it returns:
+            // no need to wait for the thread to run.
+            use std::os::unix::thread::JoinHandleExt;
+            return Some(handle.as_pthread_t() as usize);
+        }
         rx.recv().ok().flatten()
     })
 }
+
+/// Whether a thread's `pthread_t` is its thread pointer (x86-64: the TCB
+/// sits at the thread pointer, with glibc and musl alike).
+const TP_IS_PTHREAD_T: bool = cfg!(target_arch = "x86_64");
 
 /// This thread's thread pointer (what `CLONE_SETTLS` takes).
 #[cfg(target_arch = "x86_64")]
@@ -435,5 +447,25 @@ extern "C" fn keeper_main(arg: *mut libc::c_void) -> libc::c_int {
             Err(e) => super::report_and_exit(&e),
             Ok(()) => libc::_exit(127),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The thread pointer `CLONE_SETTLS` is given is the donor thread's own:
+    /// on x86-64 its `pthread_t` is read without waiting for it to run, so
+    /// check that the two agree for a thread.
+    #[test]
+    fn a_threads_pthread_t_is_its_thread_pointer_where_relied_on() {
+        use std::os::unix::thread::JoinHandleExt;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let handle = std::thread::spawn(move || tx.send(super::thread_pointer()).unwrap());
+        let pthread = handle.as_pthread_t() as usize;
+        let seen = rx.recv().unwrap();
+        handle.join().unwrap();
+        if super::TP_IS_PTHREAD_T {
+            assert_eq!(seen, Some(pthread));
+        }
+        assert!(super::available(), "keepers can share memory on this machine");
     }
 }
