@@ -189,7 +189,8 @@ pub(crate) fn blocking_pool() -> Option<tokio::runtime::Handle> {
 
 /// Removes a hook's temporary directory, opening up what the hook locked.
 pub(crate) fn remove_tree(path: &Path) {
-    if std::fs::remove_dir_all(path).is_ok() {
+    // Most hooks leave their directory empty: one rmdir, not a walk.
+    if std::fs::remove_dir(path).is_ok() || std::fs::remove_dir_all(path).is_ok() {
         return;
     }
     open_up(path);
