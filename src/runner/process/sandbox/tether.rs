@@ -20,7 +20,9 @@
 //!   comes to it rather than to the machine's init; the hook dies with it
 //!   (`PR_SET_PDEATHSIG`, reliable here: the keeper is single-threaded).
 //!   When ctxhost is gone, or the hook ends, it kills its whole tree
-//!   ([`kill_tree`]).
+//!   ([`kill_tree`]). A trusted one-shot hook's keeper is not forked but
+//!   cloned sharing ctxhost's memory ([`super::shared`]); from
+//!   [`start_and_keep`] on it is the same keeper.
 //!
 //! What remains without a pid namespace: a hook running as the daemon's own
 //! user on a kernel without Landlock's signal scoping (Linux < 6.12) can
