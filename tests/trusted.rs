@@ -94,6 +94,26 @@ fn the_keeper_shares_ctxhosts_memory_and_changes_none_of_it() {
     assert_eq!(unsafe { libc::prctl(libc::PR_GET_DUMPABLE) }, 1, "ctxhost is still dumpable");
 }
 
+/// The keeper is no wider door into ctxhost's memory than ctxhost itself:
+/// a trusted hook that opens its keeper's `/proc/<pid>/mem` for writing
+/// gets exactly what it gets opening ctxhost's own (it runs as ctxhost's
+/// user either way; nothing is written).
+#[test]
+fn the_keepers_memory_is_no_wider_door_than_ctxhosts_own() {
+    let (_p, runner) = trusted(
+        "host=$(cut -d' ' -f4 /proc/$PPID/stat)
+         if (exec 3<>/proc/$PPID/mem) 2>/dev/null; then k=open; else k=denied; fi
+         if (exec 3<>/proc/$host/mem) 2>/dev/null; then h=open; else h=denied; fi
+         printf '{\"memories\":[{\"content\":\"%s\"},{\"content\":\"%s\"},{\"content\":\"%s\"}]}\n' \"$k\" \"$h\" \"$host\"
+",
+    );
+    let rt = runtime();
+    let reply = rt.block_on(runner.call(&ingest("a"), &CallOptions::default())).unwrap();
+    let c = contents(&reply);
+    assert_eq!(c[2], std::process::id().to_string(), "the keeper's parent is ctxhost: {c:?}");
+    assert_eq!(c[0], c[1], "the keeper's memory opens as ctxhost's does: {c:?}");
+}
+
 /// A trusted hook starts a daemon that leaves its process group and
 /// session (`setsid`, double fork) and a plain background child, then
 /// returns: both are dead soon after the call.
@@ -229,5 +249,5 @@ fn concurrent_calls_each_get_their_own_reply() {
 /// This whole module again, as uid 65534 (when the tests run as root).
 #[test]
 fn the_trusted_suite_passes_as_an_unprivileged_user() {
-    crate::util::nobody::rerun_as_nobody("trusted::", &["trusted::the_trusted_suite"], &[], 6);
+    crate::util::nobody::rerun_as_nobody("trusted::", &["trusted::the_trusted_suite"], &[], 7);
 }
