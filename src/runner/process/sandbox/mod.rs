@@ -676,6 +676,9 @@ impl ChildSteps {
     /// Whether the keeper may start sharing ctxhost's memory
     /// ([`shared`]): the operator's trusted plugin (no sandbox layer, only
     /// the tether and limits), its exec prepared, ctxhost's pidfd open.
+    /// Never a confined hook: its steps wipe the init's copy of ctxhost's
+    /// argv, make a user namespace, and change uid through the C library's
+    /// all-threads wrappers — none of which may run in ctxhost's memory.
     pub fn shares_memory(&self) -> bool {
         !self.confined && self.tether && self.exec.is_some() && self.host >= 0 && self.namespaces.is_none()
     }

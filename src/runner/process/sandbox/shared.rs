@@ -33,6 +33,12 @@
 //! - **No signal handler of ctxhost runs in it**: ctxhost blocks every
 //!   signal around the clone; the keeper resets every handler to its
 //!   default before unblocking.
+//! - **No C library call that acts on "all threads"**: the C library in the
+//!   keeper still believes it has ctxhost's threads (a fork's child is told
+//!   it has one), so `setuid`-family wrappers would signal ctxhost's own
+//!   threads to change identity with it. The trusted steps make none (only
+//!   rlimits, which are per process); a confined hook's identity change is
+//!   one more reason it is never started here.
 //!
 //! Everything else is the fork keeper's: its own process group (the hook's
 //! group, killed whole at the end of the call), a child subreaper watching
