@@ -187,6 +187,21 @@ pub(crate) fn blocking_pool() -> Option<tokio::runtime::Handle> {
     tokio::runtime::Handle::try_current().ok()
 }
 
+/// A close-on-exec pipe: (read end, write end).
+///
+/// # Errors
+/// pipe2(2)'s (out of fds).
+pub(crate) fn pipe() -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [-1; 2];
+    // SAFETY: pipe2(2) writes two fds into the array on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just returned by pipe2 and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
 /// Removes a hook's temporary directory, opening up what the hook locked.
 pub(crate) fn remove_tree(path: &Path) {
     // Most hooks leave their directory empty: one rmdir, not a walk.

@@ -12,13 +12,13 @@
 //! - each stream is capped; over the cap the group is killed at once.
 
 use std::ffi::OsString;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::ExitStatus;
 use std::time::Duration;
 
 use super::capture::{self, Capture, Stopped};
-use super::exit;
+use super::exit::{self, ExitWatch};
 use super::launcher::CommandLine;
 use crate::protocol::HookName;
 use crate::runner::HookError;
@@ -227,42 +227,4 @@ where
         stderr_tail.push_str(&format!("\n({note})"));
     }
     Ok(Finished { status, stdout: capture.stdout, stderr_tail })
-}
-
-/// Tells when the hook has exited **without reaping it** (a pidfd turns
-/// readable), so its group can still be killed safely. Without pidfd support
-/// (Linux < 5.3) the caller falls back to waiting, which reaps.
-pub(super) struct ExitWatch(Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>);
-
-impl ExitWatch {
-    pub(super) fn new(pid: libc::pid_t) -> Self {
-        use std::os::fd::FromRawFd;
-        if pid <= 0 {
-            return ExitWatch(None);
-        }
-        // SAFETY: pidfd_open(2) takes a pid and flags and returns a new fd or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if fd < 0 {
-            return ExitWatch(None);
-        }
-        // SAFETY: `fd` was just returned by pidfd_open and is owned by nobody else.
-        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as RawFd) };
-        // SAFETY: the OwnedFd is moved into the AsyncFd, so it stays open and
-        // the same for the AsyncFd's whole life. (Called inside the runtime.)
-        let registered = unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) };
-        ExitWatch(registered.ok())
-    }
-
-    pub(super) fn available(&self) -> bool {
-        self.0.is_some()
-    }
-
-    pub(super) async fn exited(&self) {
-        match &self.0 {
-            Some(fd) => {
-                let _ = fd.readable().await;
-            }
-            None => std::future::pending().await,
-        }
-    }
 }

@@ -75,7 +75,7 @@ pub fn wait_then_kill_group(
     let pgid = child.id() as libc::pid_t;
     let started = Instant::now();
     let exited = loop {
-        if exited_unreaped(pgid) {
+        if super::exit::exited_unreaped(pgid) {
             break true;
         }
         if started.elapsed() >= timeout {
@@ -91,21 +91,6 @@ pub fn wait_then_kill_group(
     }
     let status = child.wait()?;
     Ok(exited.then_some(status))
-}
-
-/// True once child `pid` has exited, without reaping it.
-fn exited_unreaped(pid: libc::pid_t) -> bool {
-    // SAFETY: siginfo_t is plain data (integers and a union of them): all
-    // zeroes is a valid value, and waitid overwrites what it reports.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    // SAFETY: waitid writes only into `info`, a local of the right type; it
-    // takes no other pointer. WNOWAIT leaves the child waitable, WNOHANG
-    // makes this a poll.
-    let rc = unsafe {
-        libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT)
-    };
-    // SAFETY: si_pid is set by waitid when a child changed state, 0 otherwise.
-    rc != 0 || unsafe { info.si_pid() } != 0
 }
 
 #[cfg(test)]

@@ -110,9 +110,9 @@ pub(in crate::runner::process) async fn run(call: ForkCall<'_>) -> Result<Result
     let header = header(&call)?;
     let io = |e: std::io::Error| Unavailable::Start(e.to_string());
     let (mine, theirs) = wire::socket_pair().map_err(io)?;
-    let (in_r, in_w) = wire::pipe().map_err(io)?;
-    let (out_r, out_w) = wire::pipe().map_err(io)?;
-    let (err_r, err_w) = wire::pipe().map_err(io)?;
+    let (in_r, in_w) = super::super::pipe().map_err(io)?;
+    let (out_r, out_w) = super::super::pipe().map_err(io)?;
+    let (err_r, err_w) = super::super::pipe().map_err(io)?;
     hand_over(call.control, &header, &[&theirs, &in_r, &out_w, &err_w])?;
     drop((theirs, in_r, out_w, err_w));
     // Without a cgroup to join first, the hook may start as soon as the

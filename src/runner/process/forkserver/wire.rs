@@ -33,17 +33,6 @@ pub(super) fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     }
 }
 
-/// A close-on-exec pipe: (read end, write end).
-pub(super) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [-1; 2];
-    // SAFETY: pipe2(2) writes two fds into the array on success.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both fds were just returned by pipe2 and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
 /// Sends `bytes` as one message with `fds` attached.
 ///
 /// # Errors
@@ -138,7 +127,7 @@ mod tests {
     #[test]
     fn a_message_carries_its_fds() {
         let (a, b) = socket_pair().unwrap();
-        let (r, w) = pipe().unwrap();
+        let (r, w) = crate::runner::process::pipe().unwrap();
         send(a.as_raw_fd(), b"{\"x\":1}", &[w.as_raw_fd()]).unwrap();
         drop(w);
         let got = recv(&b).unwrap();

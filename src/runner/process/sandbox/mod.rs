@@ -158,19 +158,16 @@ impl Confinement {
             missing.push("network namespace");
         }
         if i.require {
-            missing.extend(
-                features
-                    .missing()
-                    .into_iter()
-                    .filter(|m| m.starts_with("cgroup") || *m == "seccomp" || *m == "pid namespace"),
-            );
-        }
-        if i.require && !missing.is_empty() {
-            return Err(SandboxError::Incomplete {
-                plugin: i.plugin.to_owned(),
-                missing: missing.join(", "),
-                summary: features.summary(),
-            });
+            // Landlock and the network count only where not granted (above).
+            missing.extend(features.missing_layers().into_iter().filter(|m| *m == "pid namespace" || *m == "seccomp"));
+            missing.extend(features.missing_limits());
+            if !missing.is_empty() {
+                return Err(SandboxError::Incomplete {
+                    plugin: i.plugin.to_owned(),
+                    missing: missing.join(", "),
+                    summary: features.summary(),
+                });
+            }
         }
         let mut warnings = Vec::new();
         let confined = !(s.allow_filesystem && s.allow_network);
@@ -554,12 +551,7 @@ impl ChildSteps {
             if self.tether {
                 default_signal_handlers();
             }
-            for fd in &self.join {
-                // "0" means the writing process.
-                if libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) != 1 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
+            self.join_cgroups()?;
             if let Some(view) = &mut self.view {
                 view.clone_trees()?;
             }
@@ -668,6 +660,23 @@ impl ChildSteps {
             }
             if let Some((programs, mode)) = self.seccomp {
                 programs.install(mode)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the calling process into the call's cgroups (their
+    /// `cgroup.procs`, opened in the parent). No allocation: fit for the
+    /// time between fork (or clone) and exec.
+    ///
+    /// # Errors
+    /// A write into `cgroup.procs` failed.
+    fn join_cgroups(&self) -> io::Result<()> {
+        for fd in &self.join {
+            // "0" means the writing process.
+            // SAFETY: write(2) of a static byte to an fd the steps own.
+            if unsafe { libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) } != 1 {
+                return Err(io::Error::last_os_error());
             }
         }
         Ok(())

@@ -53,6 +53,7 @@ use std::process::ExitStatus;
 use std::sync::Mutex;
 
 use super::ChildSteps;
+use crate::runner::process::exit::{ExitWatch, exited_unreaped};
 
 /// The keeper's own stack (it waits in `poll` and reads `/proc` lists into
 /// 512-byte buffers; the hook runs on the steps' stack).
@@ -61,7 +62,7 @@ const KEEPER_STACK: usize = 64 * 1024;
 /// A started keeper (its hook under it) and the pipe ends ctxhost keeps.
 pub struct SharedKeeper {
     pid: libc::pid_t,
-    exit: Option<tokio::io::unix::AsyncFd<OwnedFd>>,
+    exit: ExitWatch,
     held: Option<Held>,
     pub stdin: Option<OwnedFd>,
     pub stdout: Option<OwnedFd>,
@@ -234,14 +235,8 @@ pub fn available() -> bool {
 
 /// A pipe, both ends close-on-exec, with fds above 2 (the keeper moves
 /// the hook's ends onto 0–2).
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [-1; 2];
-    // SAFETY: pipe2 into a local array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: two fresh fds owned by nobody else.
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+fn pipe_above_stdio() -> io::Result<(OwnedFd, OwnedFd)> {
+    let (r, w) = crate::runner::process::pipe()?;
     Ok((above_stdio(r)?, above_stdio(w)?))
 }
 
@@ -272,10 +267,10 @@ impl SharedKeeper {
         sweep_orphans();
         let tls = donor_tls().ok_or_else(|| io::Error::from(io::ErrorKind::Unsupported))?;
         let cwd = CString::new(cwd.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let (stdin_r, stdin_w) = pipe()?;
-        let (stdout_r, stdout_w) = pipe()?;
-        let (stderr_r, stderr_w) = pipe()?;
-        let (started_r, started_w) = pipe()?;
+        let (stdin_r, stdin_w) = pipe_above_stdio()?;
+        let (stdout_r, stdout_w) = pipe_above_stdio()?;
+        let (stderr_r, stderr_w) = pipe_above_stdio()?;
+        let (started_r, started_w) = pipe_above_stdio()?;
         let stack = Stack::new(KEEPER_STACK)?;
         let start =
             Box::new(Start { steps, cwd, stdio: [stdin_r.as_raw_fd(), stdout_w.as_raw_fd(), stderr_w.as_raw_fd()] });
@@ -309,15 +304,12 @@ impl SharedKeeper {
         drop((stdin_r, stdout_w, stderr_w, started_w));
         // SAFETY: fcntl on our own read end.
         unsafe { libc::fcntl(started_r.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
-        let exit = (pidfd >= 0)
-            .then(|| {
-                // SAFETY: the pidfd clone just returned, owned by nobody else.
-                let fd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-                // SAFETY: the OwnedFd moves into the AsyncFd, so it stays
-                // open and the same for the AsyncFd's whole life.
-                unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok()
-            })
-            .flatten();
+        let exit = if pidfd >= 0 {
+            // SAFETY: the pidfd clone just returned, owned by nobody else.
+            ExitWatch::from_pidfd(unsafe { OwnedFd::from_raw_fd(pidfd) })
+        } else {
+            ExitWatch::default()
+        };
         Ok(SharedKeeper {
             pid,
             exit,
@@ -336,19 +328,13 @@ impl SharedKeeper {
     /// Returns once the keeper has exited, **without reaping it** (its
     /// group can still be killed safely).
     pub async fn exited(&self) {
-        match &self.exit {
-            Some(fd) => {
-                let _ = fd.readable().await;
+        if self.exit.available() {
+            self.exit.exited().await;
+        } else {
+            // No pidfd (no runtime reactor for it): checks every millisecond.
+            while !exited_unreaped(self.pid) {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
             }
-            None => self.poll_exit().await,
-        }
-    }
-
-    /// Without a registered pidfd (no runtime reactor for it): checks
-    /// every millisecond.
-    async fn poll_exit(&self) {
-        while !has_exited(self.pid) {
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
     }
 
@@ -386,18 +372,6 @@ impl SharedKeeper {
     }
 }
 
-/// Whether our child `pid` has exited (or cannot be waited for), leaving
-/// it waitable.
-fn has_exited(pid: libc::pid_t) -> bool {
-    // SAFETY: siginfo_t is plain data (all zeroes is a valid value);
-    // waitid(2) on our child with WNOWAIT; si_pid is set when one was found.
-    unsafe {
-        let mut info: libc::siginfo_t = std::mem::zeroed();
-        let r = libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT);
-        r != 0 || info.si_pid() == pid
-    }
-}
-
 impl Drop for SharedKeeper {
     /// A keeper dropped unreaped (the call dropped, or its deadline) is
     /// killed and handed to [`ORPHANS`]; a task of the runtime reaps it as
@@ -409,11 +383,14 @@ impl Drop for SharedKeeper {
             if let Ok(mut orphans) = ORPHANS.lock() {
                 orphans.push((self.pid, self.held.take()));
             }
-            if let (Ok(runtime), Some(exit)) = (tokio::runtime::Handle::try_current(), self.exit.take()) {
-                // Only the fd moves into the task: what the keeper runs on
-                // stays in ORPHANS, whatever becomes of the task.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current()
+                && self.exit.available()
+            {
+                // Only the pidfd moves into the task: what the keeper runs
+                // on stays in ORPHANS, whatever becomes of the task.
+                let exit = std::mem::take(&mut self.exit);
                 runtime.spawn(async move {
-                    let _ = exit.readable().await;
+                    exit.exited().await;
                     sweep_orphans();
                 });
             }
@@ -443,11 +420,8 @@ extern "C" fn keeper_main(arg: *mut libc::c_void) -> libc::c_int {
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-        for fd in &start.steps.join {
-            // "0" means the writing process.
-            if libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) != 1 {
-                super::report_and_exit(&io::Error::last_os_error())
-            }
+        if let Err(e) = start.steps.join_cgroups() {
+            super::report_and_exit(&e)
         }
         match super::tether::start_and_keep(&start.steps, false) {
             Err(e) => super::report_and_exit(&e),
